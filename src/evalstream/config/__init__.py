@@ -1,0 +1,216 @@
+"""The one frozen settings object: a YAML file plus ``EVALSTREAM_`` environment overrides.
+
+Environment variables use ``__`` between levels (``EVALSTREAM_KAFKA__BOOTSTRAP_SERVERS``)
+and win over the file. Secrets (judge API keys, the SASL password) come only from the
+environment or from files and are held as ``SecretStr``. This package is the only code
+that reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from evalstream.config.drift import DriftSettings
+from evalstream.config.judges import (
+    BuiltinJudgeConfig,
+    CascadeJudgeConfig,
+    JudgeConfig,
+    OpenAIJudgeConfig,
+)
+from evalstream.config.kafka import InputTopic, KafkaSettings, TopicSettings
+from evalstream.config.routes import EvaluatorSpec, MatchRule, Route, SamplingSettings
+from evalstream.errors import ConfigError
+
+__all__ = [
+    "BuiltinJudgeConfig",
+    "CascadeJudgeConfig",
+    "DriftSettings",
+    "EvaluatorSpec",
+    "InputTopic",
+    "JudgeConfig",
+    "KafkaSettings",
+    "LoggingSettings",
+    "MatchRule",
+    "OpenAIJudgeConfig",
+    "Route",
+    "SamplingSettings",
+    "ServerSettings",
+    "Settings",
+    "TopicSettings",
+    "WorkerSettings",
+    "format_validation_error",
+    "load_settings",
+    "masked_dump",
+]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class WorkerSettings(_Section):
+    """Limits of the worker loop."""
+
+    #: Evaluations (event x evaluator) in flight before the consumer pauses its partitions.
+    max_in_flight: int = Field(default=256, ge=1)
+    #: On SIGTERM: how long to drain in-flight work before giving up on it (uncommitted).
+    shutdown_timeout_s: float = Field(default=25.0, gt=0)
+    #: How often completed offsets are committed.
+    commit_interval_s: float = Field(default=1.0, gt=0)
+    #: "first": the first matching route only; "all": every matching route.
+    routing: Literal["first", "all"] = "first"
+
+
+class ServerSettings(_Section):
+    """The HTTP server for /metrics, /healthz and /readyz."""
+
+    host: str = "0.0.0.0"  # noqa: S104 - a pod serves probes and scrapes on its IP
+    port: int = Field(default=9464, ge=0, le=65535)
+
+
+class LoggingSettings(_Section):
+    """Logs: JSON in production; trace content never logged unless asked for."""
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    format: Literal["json", "console"] = "json"
+    #: Include inputs/outputs in debug logs. Off by default: traces hold user data.
+    log_content: bool = False
+
+
+def _default_routes() -> list[Route]:
+    return [Route(name="default", evaluators=[EvaluatorSpec(evaluator="refusal")])]
+
+
+class Settings(BaseSettings):
+    """The whole configuration; built once at start-up and passed down, never mutated."""
+
+    model_config = SettingsConfigDict(
+        frozen=True,
+        extra="forbid",
+        env_prefix="EVALSTREAM_",
+        env_nested_delimiter="__",
+        nested_model_default_partial_update=True,
+    )
+
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    inputs: list[InputTopic] = Field(
+        default_factory=lambda: [InputTopic(topic="llm.traces")], min_length=1
+    )
+    topics: TopicSettings = Field(default_factory=TopicSettings)
+    sampling: SamplingSettings = Field(default_factory=SamplingSettings)
+    routes: list[Route] = Field(default_factory=_default_routes, min_length=1)
+    judges: dict[str, JudgeConfig] = Field(default_factory=dict)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    drift: DriftSettings = Field(default_factory=DriftSettings)
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The YAML arrives as init kwargs; listing env first makes the environment win.
+        return env_settings, init_settings
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> Settings:
+        judges = {"builtin", *self.judges}
+        for ri, route in enumerate(self.routes):
+            for ei, spec in enumerate(route.evaluators):
+                if spec.judge not in judges:
+                    raise ValueError(
+                        f"routes[{ri}] ({route.name}) evaluators[{ei}] ({spec.label}): judge "
+                        f"{spec.judge!r} is not defined under `judges` (known: {sorted(judges)})"
+                    )
+        for name, judge in self.judges.items():
+            if isinstance(judge, CascadeJudgeConfig):
+                for ref in (judge.first, judge.then):
+                    if ref not in judges or ref == name:
+                        raise ValueError(f"judges.{name}: cascade refers to unknown judge {ref!r}")
+        names = [r.name for r in self.routes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"route names must be unique: {names}")
+        topics = [i.topic for i in self.inputs]
+        if len(set(topics)) != len(topics):
+            raise ValueError(f"inputs: topic listed twice: {topics}")
+        return self
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    """One line per problem, each naming the field path, e.g. ``routes.0.sample_rate``."""
+    lines = [f"invalid configuration in {source}:"]
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        lines.append(f"  {loc}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"config file {path} is not valid YAML{where}: {problem}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: the top level must be a mapping, "
+                          f"not {type(data).__name__}")
+    return data
+
+
+def _resolve_secrets(settings: Settings) -> Settings:
+    """Fill judge API keys from their environment variable or file."""
+    judges: dict[str, Any] = {}
+    for name, judge in settings.judges.items():
+        if isinstance(judge, OpenAIJudgeConfig) and judge.api_key is None:
+            key: str | None = None
+            if judge.api_key_env:
+                key = os.environ.get(judge.api_key_env)
+                if not key:
+                    raise ConfigError(f"judges.{name}.api_key_env: environment variable "
+                                      f"{judge.api_key_env} is not set")
+            elif judge.api_key_file:
+                try:
+                    key = judge.api_key_file.read_text(encoding="utf-8").strip()
+                except OSError as exc:
+                    raise ConfigError(f"judges.{name}.api_key_file: cannot read "
+                                      f"{judge.api_key_file}: {exc.strerror}") from exc
+            if key:
+                judge = judge.model_copy(update={"api_key": SecretStr(key)})
+        judges[name] = judge
+    return settings.model_copy(update={"judges": judges})
+
+
+def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
+    """Read and validate the configuration; raise ``ConfigError`` naming every bad field."""
+    data: dict[str, Any] = _read_yaml(Path(path)) if path is not None else {}
+    data.update(overrides)
+    source = str(path) if path is not None else "defaults"
+    try:
+        settings = Settings(**data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source)) from exc
+    return _resolve_secrets(settings)
+
+
+def masked_dump(settings: Settings) -> dict[str, Any]:
+    """The effective configuration as plain data with every secret masked."""
+    return settings.model_dump(mode="json")  # SecretStr dumps as "**********"

@@ -1,0 +1,77 @@
+"""Judge backends, by name. Evaluators choose one with ``judge: NAME``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+__all__ = ["BuiltinJudgeConfig", "CascadeJudgeConfig", "JudgeConfig", "OpenAIJudgeConfig"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class BuiltinJudgeConfig(_Section):
+    """The offline judge: lexicons and patterns, no network."""
+
+    type: Literal["builtin"] = "builtin"
+
+
+class OpenAIJudgeConfig(_Section):
+    """Any OpenAI-compatible endpoint (OpenAI, Azure OpenAI, vLLM, llama.cpp, Ollama, LiteLLM)."""
+
+    type: Literal["openai"] = "openai"
+    base_url: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    api: Literal["chat", "completions"] = "chat"
+    #: The key comes from the environment or a file, never from the YAML itself.
+    api_key_env: str | None = None
+    api_key_file: Path | None = None
+    #: Filled from api_key_env / api_key_file at load time; never printed.
+    api_key: SecretStr | None = None
+    #: Header used for the key: "Authorization" sends "Bearer KEY"; Azure uses "api-key".
+    api_key_header: str = "Authorization"
+    headers: dict[str, str] = Field(default_factory=dict)
+    query: dict[str, str] = Field(default_factory=dict)
+    #: auto: ask for logprobs, fall back to a JSON answer when they are missing.
+    logprobs: Literal["auto", "always", "never"] = "auto"
+    top_logprobs: int = Field(default=10, ge=1, le=20)
+    timeout_s: float = Field(default=30.0, gt=0)
+    max_concurrency: int = Field(default=16, ge=1)
+    requests_per_s: float | None = Field(default=None, gt=0)
+    tokens_per_min: int | None = Field(default=None, gt=0)
+    max_retries: int = Field(default=4, ge=0)
+    backoff_base_s: float = Field(default=0.5, gt=0)
+    backoff_max_s: float = Field(default=30.0, gt=0)
+    circuit_failures: int = Field(default=5, ge=1)
+    circuit_reset_s: float = Field(default=30.0, gt=0)
+    #: How long an evaluation may wait for this judge before it is published as an error.
+    deadline_s: float = Field(default=300.0, gt=0)
+    price_input_per_1k: float = Field(default=0.0, ge=0)
+    price_output_per_1k: float = Field(default=0.0, ge=0)
+    cache_size: int = Field(default=10_000, ge=0)
+    cache_ttl_s: float = Field(default=3_600.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> OpenAIJudgeConfig:
+        if self.api_key_env and self.api_key_file:
+            raise ValueError("give api_key_env or api_key_file, not both")
+        return self
+
+
+class CascadeJudgeConfig(_Section):
+    """Ask ``first`` (usually builtin); escalate to ``then`` when it is not confident."""
+
+    type: Literal["cascade"] = "cascade"
+    first: str = "builtin"
+    then: str = Field(min_length=1)
+    #: Escalate when the first judge's confidence (|p-0.5|*2 or top-class margin) is below this.
+    min_confidence: float = Field(default=0.6, ge=0.0, le=1.0)
+
+
+JudgeConfig = Annotated[
+    BuiltinJudgeConfig | OpenAIJudgeConfig | CascadeJudgeConfig, Field(discriminator="type")
+]

@@ -1,0 +1,76 @@
+"""Kafka connection and topic settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+__all__ = ["InputTopic", "KafkaSettings", "TopicSettings"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class KafkaSettings(_Section):
+    """How to reach the cluster. Security options are passed through to aiokafka."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    client_id: str = "evalstream"
+    group_id: str = "evalstream"
+    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
+    sasl_username: str | None = None
+    #: Prefer EVALSTREAM_KAFKA__SASL_PASSWORD or ``sasl_password_file``; never in the YAML.
+    sasl_password: SecretStr | None = None
+    sasl_password_file: Path | None = None
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    session_timeout_ms: int = Field(default=30_000, ge=1_000)
+    max_poll_records: int = Field(default=500, ge=1)
+    fetch_max_bytes: int = Field(default=52_428_800, ge=1_024)
+    max_partition_fetch_bytes: int = Field(default=4_194_304, ge=1_024)
+    max_request_size: int = Field(default=4_194_304, ge=1_024)
+    producer_linger_ms: int = Field(default=5, ge=0)
+    producer_compression: Literal["gzip", "snappy", "lz4", "zstd"] | None = None
+    #: Extra keyword arguments for both AIOKafkaConsumer and AIOKafkaProducer.
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _sasl_needs_credentials(self) -> KafkaSettings:
+        if self.security_protocol.startswith("SASL") and self.sasl_mechanism is None:
+            raise ValueError("sasl_mechanism is required when security_protocol is SASL_*")
+        return self
+
+    def password(self) -> str | None:
+        """The SASL password, from the environment-provided value or the file."""
+        if self.sasl_password is not None:
+            return self.sasl_password.get_secret_value()
+        if self.sasl_password_file is not None:
+            return self.sasl_password_file.read_text(encoding="utf-8").strip()
+        return None
+
+
+class InputTopic(_Section):
+    """One topic to consume and how its messages are encoded."""
+
+    topic: str = Field(min_length=1)
+    format: Literal["flat_json", "otlp_proto", "otlp_json"] = "flat_json"
+    #: flat_json only: TraceEvent field -> dotted path in the message (e.g. output: response.text).
+    mapping: dict[str, str] = Field(default_factory=dict)
+    #: otlp_*: span attribute holding the session id, tried before the standard keys.
+    session_attribute: str | None = None
+    #: otlp_*: resource or span attribute naming the app, tried before ``service.name``.
+    app_attribute: str | None = None
+
+
+class TopicSettings(_Section):
+    """Where the worker writes."""
+
+    results: str = Field(default="evalstream.results", min_length=1)
+    dead_letter: str = Field(default="evalstream.dlq", min_length=1)
+    alerts: str = Field(default="evalstream.alerts", min_length=1)

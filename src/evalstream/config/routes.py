@@ -1,0 +1,69 @@
+"""Sampling and routing rules: which events go to which evaluators."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["EvaluatorSpec", "MatchRule", "Route", "SamplingSettings"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SamplingSettings(_Section):
+    """Deterministic hash sampling. Rates nest: an event sampled at 1% is also sampled at 10%."""
+
+    #: TraceEvent field whose hash decides (trace_id keeps a trace's spans together).
+    key: Literal["trace_id", "event_id", "session_id", "span_id"] = "trace_id"
+    #: Applies to every route; a route's own ``sample_rate`` multiplies with it.
+    rate: float = Field(default=1.0, ge=0.0, le=1.0)
+    salt: str = ""
+
+
+class EvaluatorSpec(_Section):
+    """One evaluator in a route. ``params`` are validated by the evaluator at start-up."""
+
+    evaluator: str = Field(min_length=1)
+    #: Name in results and metrics; defaults to ``evaluator``. Needed to run one twice.
+    name: str | None = None
+    judge: str = "builtin"
+    reasons: Literal["never", "failures", "always"] = "never"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """The name results and metrics use."""
+        return self.name or self.evaluator
+
+
+class MatchRule(_Section):
+    """An event matches when every given condition holds (an empty rule matches all)."""
+
+    app: list[str] | None = None
+    topic: list[str] | None = None
+    #: attribute -> accepted value(s); ``"*"`` means "present".
+    attributes: dict[str, str | list[str]] = Field(default_factory=dict)
+    #: Require these TraceEvent fields to be non-empty, e.g. [output, system_prompt].
+    requires: list[Literal["input", "output", "system_prompt", "context", "session_id",
+                           "reference", "messages"]] = Field(default_factory=list)
+
+
+class Route(_Section):
+    """A named rule: matching events, sampled at ``sample_rate``, go to ``evaluators``."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    match: MatchRule = Field(default_factory=MatchRule)
+    sample_rate: float = Field(default=1.0, ge=0.0, le=1.0)
+    evaluators: list[EvaluatorSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_labels(self) -> Route:
+        labels = [spec.label for spec in self.evaluators]
+        dupes = sorted({x for x in labels if labels.count(x) > 1})
+        if dupes:
+            raise ValueError(f"evaluator names must be unique in a route; repeated: {dupes} "
+                             "(give each a distinct `name`)")
+        return self

@@ -1,0 +1,3 @@
+"""Imports every builtin evaluator module so each registers itself."""
+
+from evalstream.evaluators import refusal  # noqa: F401

@@ -1,0 +1,86 @@
+"""Evaluators register by name; routes create them by name with validated params."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from evalstream.config import EvaluatorSpec
+from evalstream.errors import ConfigError
+from evalstream.evaluators.base import Evaluator
+from evalstream.judges.base import Judge
+
+__all__ = ["create", "describe", "get", "names", "register"]
+
+_REGISTRY: dict[str, type[Evaluator[Any]]] = {}
+E = TypeVar("E", bound=type[Evaluator[Any]])
+
+
+def register(cls: E) -> E:
+    """Class decorator: make ``cls`` available under ``cls.name``."""
+    name = cls.name
+    if name in _REGISTRY and _REGISTRY[name] is not cls:
+        raise RuntimeError(f"evaluator {name!r} registered twice")
+    _REGISTRY[name] = cls
+    return cls
+
+
+def _load_builtins() -> None:
+    # Importing the package registers every builtin evaluator module.
+    import evalstream.evaluators.catalog  # noqa: F401, PLC0415
+
+
+def names() -> list[str]:
+    """All registered evaluator names, sorted."""
+    _load_builtins()
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> type[Evaluator[Any]]:
+    """The evaluator class registered as ``name``."""
+    _load_builtins()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ConfigError(f"unknown evaluator {name!r}; known: {', '.join(sorted(_REGISTRY))}"
+                          ) from None
+
+
+def describe() -> list[tuple[str, str]]:
+    """(name, summary) for every evaluator."""
+    _load_builtins()
+    return [(n, _REGISTRY[n].summary) for n in sorted(_REGISTRY)]
+
+
+def create(spec: EvaluatorSpec, judges: Mapping[str, Judge], *, where: str) -> Evaluator[Any]:
+    """Build the evaluator ``spec`` names, validating its params.
+
+    Args:
+        spec: The evaluator entry from a route.
+        judges: Judges by name.
+        where: Where the spec is in the config (``"routes[0] (support) evaluators[1]"``), put
+            at the front of every error so the user can find the field.
+
+    Raises:
+        ConfigError: unknown evaluator or judge, or invalid params (naming the field).
+    """
+    try:
+        cls = get(spec.evaluator)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.evaluator: {exc}") from None
+    try:
+        params = cls.params_model.model_validate(spec.params)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"params.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"{where} ({spec.label}): {problems}") from None
+    judge = judges.get(spec.judge)
+    if judge is None:
+        raise ConfigError(f"{where}.judge: no judge named {spec.judge!r}")
+    return cls(spec, params, judge)
+
+
+Factory = Callable[[EvaluatorSpec, Mapping[str, Judge]], Evaluator[Any]]

@@ -1,0 +1,185 @@
+"""Wire contracts (DESIGN §3): the normalised input event and the published outputs.
+
+``TraceEvent`` is what every format decoder produces; ``EvalResult`` and ``Alert`` are what
+the worker publishes. orjson is used here and nowhere else, so this is the one wire codec.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "RawRecord",
+    "Alert",
+    "EvalResult",
+    "JudgeInfo",
+    "Message",
+    "TraceEvent",
+    "dump_json",
+    "eval_result_json_schema",
+    "load_json",
+    "result_id",
+    "stable_hash",
+]
+
+SCHEMA_VERSION = "1.0"
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware (UTC)."""
+    return datetime.now(UTC)
+
+
+def dump_json(obj: Any) -> bytes:
+    """Serialise a model or plain value to compact JSON bytes."""
+    if isinstance(obj, BaseModel):
+        return obj.__pydantic_serializer__.to_json(obj, exclude_none=False)
+    return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
+
+
+def load_json(data: bytes | str) -> Any:
+    """Parse JSON bytes strictly (raises ``orjson.JSONDecodeError``, a ``ValueError``)."""
+    return orjson.loads(data)
+
+
+def stable_hash(*parts: Any, length: int = 32) -> str:
+    """A stable hex digest of JSON-serialisable parts (sorted keys), for ids and cache keys."""
+    payload = orjson.dumps(parts, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    return hashlib.blake2b(payload, digest_size=length // 2).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class RawRecord:
+    """One consumed Kafka message, before decoding."""
+
+    topic: str
+    partition: int
+    offset: int
+    value: bytes | None
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+    timestamp_ms: int | None = None
+
+
+class Message(BaseModel):
+    """One chat turn."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    role: str
+    content: str
+
+
+class TraceEvent(BaseModel):
+    """One normalised LLM interaction, whatever format it arrived in."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    event_id: str
+    trace_id: str = ""
+    span_id: str = ""
+    session_id: str | None = None
+    app: str | None = None
+    system_prompt: str | None = None
+    messages: tuple[Message, ...] = ()
+    input: str | None = None
+    output: str | None = None
+    context: tuple[str, ...] = ()
+    reference: str | None = None
+    attributes: dict[str, str] = Field(default_factory=dict)
+    timestamp: datetime | None = None
+
+
+class JudgeInfo(BaseModel):
+    """Which judge produced a score and what it cost."""
+
+    model_config = ConfigDict(frozen=True)
+
+    backend: str
+    model: str | None = None
+    latency_ms: float = 0.0
+    requests: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    cached: bool = False
+    escalated: bool = False
+
+
+class EvalResult(BaseModel):
+    """One score for one (event, evaluator), published as JSON on the results topic.
+
+    Field names follow the OpenTelemetry ``gen_ai.evaluation.result`` event where one
+    exists: ``evaluator`` is ``gen_ai.evaluation.name``, ``score``/``label`` are
+    ``gen_ai.evaluation.score.value``/``.label`` and ``reason`` is the explanation.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: str = SCHEMA_VERSION
+    result_id: str
+    event_id: str
+    trace_id: str
+    span_id: str = ""
+    session_id: str | None = None
+    app: str | None = None
+    route: str
+    evaluator: str
+    score: float | None = Field(default=None, ge=0.0, le=1.0)
+    label: str | None = None
+    passed: bool | None = None
+    threshold: float | None = None
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    probabilities: dict[str, float] = Field(default_factory=dict)
+    raw_score: float | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+    reason: str | None = None
+    status: Literal["ok", "error"] = "ok"
+    error: str | None = None
+    judge: JudgeInfo | None = None
+    sample_rate: float = Field(default=1.0, gt=0.0, le=1.0)
+    event_time: datetime | None = None
+    evaluated_at: datetime = Field(default_factory=utcnow)
+
+
+def result_id(event_id: str, evaluator: str, evaluator_config: Any) -> str:
+    """The id of a result: the same event scored by the same evaluator config gets the same id."""
+    return stable_hash(event_id, evaluator, evaluator_config)
+
+
+class Alert(BaseModel):
+    """A drift alert, published on the alerts topic when it fires and when it resolves."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: str = SCHEMA_VERSION
+    alert_id: str
+    state: Literal["firing", "resolved"]
+    route: str
+    evaluator: str
+    kind: str
+    severity: Literal["info", "warning", "critical"] = "warning"
+    baseline: float | None = None
+    current: float | None = None
+    interval: tuple[float, float] | None = None
+    n: int = 0
+    statistic: float | None = None
+    threshold: float | None = None
+    first_seen: datetime
+    at: datetime = Field(default_factory=utcnow)
+    summary: str = ""
+
+
+def eval_result_json_schema() -> dict[str, Any]:
+    """The JSON Schema of ``EvalResult`` as published (``schemas/eval_result.schema.json``)."""
+    schema = EvalResult.model_json_schema(mode="serialization")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = f"https://evalstream.dev/schemas/eval_result/{SCHEMA_VERSION}.json"
+    return schema

@@ -1,0 +1,155 @@
+"""Every Prometheus metric evalstream exports, on an injected ``CollectorRegistry``.
+
+Names are ``evalstream_*`` with units in the name; label values come from configuration
+(route, evaluator, judge, topic) or from small fixed sets (outcome, reason). Values outside
+the configured set collapse to ``other`` so a bad event can never blow up cardinality.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+__all__ = ["LabelSet", "Metrics"]
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_LAG_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600)
+_SCORE_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
+
+
+class LabelSet:
+    """A closed set of label values; anything else reads as ``other``."""
+
+    def __init__(self, allowed: Iterable[str]) -> None:
+        self._allowed = frozenset(allowed)
+
+    def __call__(self, value: str | None) -> str:
+        """Return ``value`` if it is allowed, else ``"other"``."""
+        return value if value is not None and value in self._allowed else "other"
+
+
+class Metrics:
+    """The metric container. Create one per worker (tests create their own registry)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+
+        self.build_info = Info("evalstream_build", "Version of the running worker.", registry=r)
+        self.ready = Gauge("evalstream_ready", "1 when connected and assigned partitions.",
+                           registry=r)
+
+        # --- intake -------------------------------------------------------------------
+        self.messages_consumed = Counter(
+            "evalstream_messages_consumed_total", "Kafka messages read.", ["topic"], registry=r)
+        self.events_decoded = Counter(
+            "evalstream_events_decoded_total", "Trace events decoded from messages.",
+            ["format"], registry=r)
+        self.dead_letters = Counter(
+            "evalstream_dead_letters_total", "Messages sent to the dead-letter topic.",
+            ["reason"], registry=r)
+        self.events_skipped = Counter(
+            "evalstream_events_skipped_total",
+            "Events or spans not evaluated, by reason (sampling, no_route, no_content, ...).",
+            ["reason"], registry=r)
+        self.events_sampled = Counter(
+            "evalstream_events_sampled_total", "Events selected by sampling, per route.",
+            ["route"], registry=r)
+        self.consumer_lag = Gauge(
+            "evalstream_consumer_lag_messages", "High watermark minus position, per partition.",
+            ["topic", "partition"], registry=r)
+        self.paused = Gauge(
+            "evalstream_consumer_paused", "1 while intake is paused by backpressure.", registry=r)
+        self.backpressure_pauses = Counter(
+            "evalstream_backpressure_pauses_total", "Times intake paused at max_in_flight.",
+            registry=r)
+
+        # --- evaluation ---------------------------------------------------------------
+        self.in_flight = Gauge(
+            "evalstream_in_flight_evaluations", "Evaluations started and not finished.",
+            registry=r)
+        self.in_flight_peak = Gauge(
+            "evalstream_in_flight_evaluations_peak", "Highest in-flight count seen.",
+            registry=r)
+        self.evaluations = Counter(
+            "evalstream_evaluations_total",
+            "Evaluations by outcome (passed, failed, error, skipped).",
+            ["route", "evaluator", "outcome"], registry=r)
+        self.evaluations_weighted = Counter(
+            "evalstream_evaluations_weighted_total",
+            "Evaluations by outcome weighted by 1/sample_rate (unbiased pass rates).",
+            ["route", "evaluator", "outcome"], registry=r)
+        self.labels = Counter(
+            "evalstream_labels_total", "Labels assigned by label evaluators (topic, sentiment).",
+            ["route", "evaluator", "label"], registry=r)
+        self.scores = Histogram(
+            "evalstream_score", "Scores (probability of the good outcome).",
+            ["route", "evaluator"], buckets=_SCORE_BUCKETS, registry=r)
+        self.evaluation_seconds = Histogram(
+            "evalstream_evaluation_duration_seconds", "Time to evaluate one event.",
+            ["evaluator"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.end_to_end_lag = Histogram(
+            "evalstream_end_to_end_lag_seconds", "From the event's time to its result.",
+            buckets=_LAG_BUCKETS, registry=r)
+
+        # --- output -------------------------------------------------------------------
+        self.results_published = Counter(
+            "evalstream_results_published_total", "Results acknowledged by the broker.",
+            ["status"], registry=r)
+        self.commits = Counter(
+            "evalstream_offset_commits_total", "Offset commits.", ["outcome"], registry=r)
+
+        # --- judges -------------------------------------------------------------------
+        self.judge_requests = Counter(
+            "evalstream_judge_requests_total",
+            "Judge HTTP requests by outcome (ok, retry, error, rate_limited, circuit_open).",
+            ["judge", "outcome"], registry=r)
+        self.judge_latency = Histogram(
+            "evalstream_judge_latency_seconds", "Judge request latency.", ["judge"],
+            buckets=_LATENCY_BUCKETS, registry=r)
+        self.judge_tokens = Counter(
+            "evalstream_judge_tokens_total", "Tokens sent and received.",
+            ["judge", "direction"], registry=r)
+        self.judge_cost = Counter(
+            "evalstream_judge_cost_usd_total", "Estimated judge spend in USD.", ["judge"],
+            registry=r)
+        self.judge_cache_hits = Counter(
+            "evalstream_judge_cache_hits_total", "Judge answers served from the cache.",
+            ["judge"], registry=r)
+        self.judge_circuit_state = Gauge(
+            "evalstream_judge_circuit_state", "0 closed, 1 half-open, 2 open.", ["judge"],
+            registry=r)
+        self.judge_in_flight = Gauge(
+            "evalstream_judge_in_flight_requests", "Judge requests in flight.", ["judge"],
+            registry=r)
+        self.judge_escalations = Counter(
+            "evalstream_judge_escalations_total",
+            "Cascade decisions: answered by the first judge or escalated.",
+            ["judge", "decision"], registry=r)
+
+        # --- live pass rates and drift --------------------------------------------------
+        self.pass_rate = Gauge(
+            "evalstream_pass_rate", "Weighted pass rate over a sliding window (NaN: too few).",
+            ["route", "evaluator", "window"], registry=r)
+        self.pass_rate_lower = Gauge(
+            "evalstream_pass_rate_lower", "Lower 95% Wilson bound of the pass rate.",
+            ["route", "evaluator", "window"], registry=r)
+        self.pass_rate_upper = Gauge(
+            "evalstream_pass_rate_upper", "Upper 95% Wilson bound of the pass rate.",
+            ["route", "evaluator", "window"], registry=r)
+        self.pass_rate_samples = Gauge(
+            "evalstream_pass_rate_samples", "Evaluations in the window (unweighted).",
+            ["route", "evaluator", "window"], registry=r)
+        self.drift_baseline = Gauge(
+            "evalstream_drift_baseline_pass_rate", "Baseline the drift detector compares to.",
+            ["route", "evaluator"], registry=r)
+        self.drift_statistic = Gauge(
+            "evalstream_drift_statistic", "Detector statistic (CUSUM, chi-square, ...).",
+            ["route", "evaluator", "detector"], registry=r)
+        self.drift_firing = Gauge(
+            "evalstream_drift_alert_firing", "1 while a drift alert is firing.",
+            ["route", "evaluator", "kind"], registry=r)
+        self.alerts = Counter(
+            "evalstream_alerts_total", "Alert events published.",
+            ["route", "evaluator", "kind", "state"], registry=r)
