@@ -1,0 +1,1 @@
+"""Shared test support: the real broker, free ports, waiting helpers."""
