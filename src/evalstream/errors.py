@@ -36,7 +36,7 @@ class DecodeError(EvalstreamError):
         self.reason = reason
 
 
-class SkipEvaluation(EvalstreamError):  # noqa: N818 - control flow, named for intent
+class SkipEvaluation(EvalstreamError):  # control flow, named for intent
     """An evaluator cannot judge this event (e.g. no output); counted as a skip by ``reason``."""
 
     def __init__(self, reason: str) -> None:
@@ -68,7 +68,7 @@ class JudgeUnavailableError(JudgeError):
 
 
 class JudgeUnsupportedError(JudgeError):
-    """This judge cannot answer this kind of question (e.g. the builtin judge on a custom rubric)."""
+    """This judge cannot answer this kind of question (e.g. builtin judge, custom rubric)."""
 
 
 class SourceError(EvalstreamError):

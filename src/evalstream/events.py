@@ -16,11 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "SCHEMA_VERSION",
-    "RawRecord",
     "Alert",
     "EvalResult",
     "JudgeInfo",
     "Message",
+    "RawRecord",
     "TraceEvent",
     "dump_json",
     "eval_result_json_schema",

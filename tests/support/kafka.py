@@ -63,7 +63,7 @@ async def read_all(bootstrap: str, topic: str, *, expect: int | None = None,
             if parts:
                 break
             await asyncio.sleep(0.1)
-            await consumer._client.force_metadata_update()  # noqa: SLF001 - topic just created
+            await consumer._client.force_metadata_update()
             parts = consumer.partitions_for_topic(topic)
         consumer.assign([TopicPartition(topic, p) for p in sorted(parts or [])])
         loop = asyncio.get_running_loop()

@@ -1,0 +1,86 @@
+"""Configuration: YAML + environment, validation that names the field, masked secrets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evalstream.config import load_settings, masked_dump
+from evalstream.errors import ConfigError
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "c.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_are_valid() -> None:
+    settings = load_settings(None)
+    assert settings.routes[0].evaluators[0].evaluator == "refusal"
+    assert settings.worker.max_in_flight > 0
+
+
+def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, "kafka:\n  bootstrap_servers: file:1\n  group_id: g\n")
+    monkeypatch.setenv("EVALSTREAM_KAFKA__BOOTSTRAP_SERVERS", "env:2")
+    settings = load_settings(path)
+    assert settings.kafka.bootstrap_servers == "env:2"
+    assert settings.kafka.group_id == "g"  # the rest of the section survives the override
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("kafka:\n  bootstrap_server: x\n", "kafka.bootstrap_server"),
+        ("worker:\n  max_in_flight: lots\n", "worker.max_in_flight"),
+        ("inputs: []\n", "inputs"),
+        ("inputs:\n  - format: flat_json\n", "inputs.0.topic"),
+        ("routes:\n  - name: r\n    sample_rate: 2\n    evaluators: [{evaluator: refusal}]\n",
+         "routes.0.sample_rate"),
+        ("kafka: [unclosed\n", "not valid YAML at line 2"),
+        ("- just\n- a list\n", "top level must be a mapping"),
+    ],
+)
+def test_invalid_config_names_the_field(tmp_path: Path, text: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, text))
+    assert needle in str(info.value)
+
+
+def test_unknown_judge_reference_names_route_and_evaluator(tmp_path: Path) -> None:
+    text = "routes:\n  - name: support\n    evaluators: [{evaluator: refusal, judge: gpt}]\n"
+    with pytest.raises(ConfigError, match=r"routes\[0\] \(support\) evaluators\[0\].*'gpt'"):
+        load_settings(write(tmp_path, text))
+
+
+def test_api_key_comes_from_env_and_is_masked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JUDGE_KEY_FOR_TEST", "sk-very-secret-123")
+    text = (
+        "judges:\n  gpt:\n    type: openai\n    base_url: http://127.0.0.1:1/v1\n"
+        "    model: m\n    api_key_env: JUDGE_KEY_FOR_TEST\n"
+    )
+    settings = load_settings(write(tmp_path, text))
+    judge = settings.judges["gpt"]
+    assert judge.api_key is not None  # type: ignore[union-attr]
+    assert judge.api_key.get_secret_value() == "sk-very-secret-123"  # type: ignore[union-attr]
+    assert "sk-very-secret-123" not in str(masked_dump(settings))
+    assert "sk-very-secret-123" not in repr(settings)
+
+
+def test_missing_api_key_env_is_a_config_error(tmp_path: Path) -> None:
+    text = (
+        "judges:\n  gpt:\n    type: openai\n    base_url: http://x/v1\n    model: m\n"
+        "    api_key_env: EVALSTREAM_TEST_SURELY_UNSET\n"
+    )
+    with pytest.raises(ConfigError, match=r"judges\.gpt\.api_key_env"):
+        load_settings(write(tmp_path, text))
+
+
+def test_settings_are_frozen() -> None:
+    settings = load_settings(None)
+    with pytest.raises(Exception, match="frozen"):
+        settings.worker.max_in_flight = 3  # type: ignore[misc]
