@@ -142,7 +142,7 @@ class Judge(abc.ABC):
     async def generate(self, request: GenerateRequest) -> Generation:
         """Produce a short text or JSON answer (reasons, summaries, role extraction)."""
 
-    def supports(self, task: str) -> bool:  # noqa: ARG002 - LLM judges answer anything
+    def supports(self, task: str) -> bool:
         """Whether this judge can answer ``task`` (the builtin judge answers a fixed set)."""
         return True
 
