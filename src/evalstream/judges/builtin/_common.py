@@ -1,0 +1,44 @@
+"""Small helpers shared by the builtin scorers: probability shapes and text utilities."""
+
+from __future__ import annotations
+
+import math
+import re
+
+__all__ = ["WORD_RE", "binary", "logistic", "scale", "words"]
+
+WORD_RE = re.compile(r"[a-z0-9']+")
+
+
+def logistic(x: float) -> float:
+    """The logistic function, safe for large magnitudes."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def binary(p_yes: float) -> dict[str, float]:
+    """A yes/no distribution, clamped away from exact 0/1 (a heuristic is never certain)."""
+    p = min(0.99, max(0.01, p_yes))
+    return {"yes": p, "no": 1.0 - p}
+
+
+def scale(severity: float) -> dict[str, float]:
+    """A 1..5 distribution centred on ``severity`` (a real number in [1, 5]).
+
+    The mass sits on the two nearest points so the probability-weighted mean equals the
+    severity exactly (``scoring.scale_mean`` recovers it).
+    """
+    s = min(5.0, max(1.0, severity))
+    low = min(4, math.floor(s))
+    frac = s - low
+    probs = {str(i): 0.0 for i in range(1, 6)}
+    probs[str(low)] = 1.0 - frac
+    probs[str(low + 1)] += frac
+    return probs
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens."""
+    return WORD_RE.findall(text.lower())
