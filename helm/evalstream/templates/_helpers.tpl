@@ -1,0 +1,145 @@
+{{/* Chart name, overridable. */}}
+{{- define "evalstream.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full resource name: release-chart unless the release name already holds the chart name. */}}
+{{- define "evalstream.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "evalstream.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels every object carries. */}}
+{{- define "evalstream.labels" -}}
+helm.sh/chart: {{ include "evalstream.chart" . }}
+{{ include "evalstream.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: worker
+{{- end }}
+
+{{/* The stable subset used in selectors (never add a label that changes between upgrades). */}}
+{{- define "evalstream.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "evalstream.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "evalstream.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "evalstream.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The metrics/health port, taken from the evalstream config so they cannot disagree. */}}
+{{- define "evalstream.port" -}}
+{{- dig "server" "port" 9464 .Values.config | int }}
+{{- end }}
+
+{{/* The worker's drain timeout (config.worker.shutdown_timeout_s, default 25 s). */}}
+{{- define "evalstream.shutdownTimeout" -}}
+{{- dig "worker" "shutdown_timeout_s" 25 .Values.config | float64 | ceil | int }}
+{{- end }}
+
+{{/* Grace period: explicit (checked to exceed the drain timeout) or drain timeout + 15 s. */}}
+{{- define "evalstream.terminationGracePeriod" -}}
+{{- $drain := include "evalstream.shutdownTimeout" . | int }}
+{{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
+{{- add $drain 15 }}
+{{- else }}
+{{- $grace := .Values.terminationGracePeriodSeconds | int }}
+{{- if le $grace $drain }}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must exceed config.worker.shutdown_timeout_s (%d) or in-flight work is killed before it drains" $grace $drain) }}
+{{- end }}
+{{- $grace }}
+{{- end }}
+{{- end }}
+
+{{/* Replica cap for KEDA: never more consumers than partitions (extra ones sit idle). */}}
+{{- define "evalstream.kedaMaxReplicas" -}}
+{{- $k := .Values.autoscaling.keda }}
+{{- min ($k.maxReplicaCount | int) ($k.partitions | int) }}
+{{- end }}
+
+{{/*
+Guards that turn a dangerous values combination into a render error with advice.
+Included once, from the Deployment.
+*/}}
+{{- define "evalstream.validate" -}}
+{{- $cfg := .Values.config | default dict }}
+{{- $kafka := get $cfg "kafka" | default dict }}
+{{- if hasKey $kafka "sasl_password" }}
+{{- fail "config.kafka.sasl_password must not be in values (it would land in a ConfigMap): set secrets.kafkaSasl.existingSecret instead" }}
+{{- end }}
+{{- $protocol := get $kafka "security_protocol" | default "PLAINTEXT" }}
+{{- if and (hasPrefix "SASL" $protocol) (not .Values.secrets.kafkaSasl.existingSecret) (not (get $kafka "sasl_password_file")) }}
+{{- fail (printf "config.kafka.security_protocol is %s: set secrets.kafkaSasl.existingSecret (or config.kafka.sasl_password_file with a mounted Secret)" $protocol) }}
+{{- end }}
+{{- $envs := list }}
+{{- range .Values.secrets.judgeApiKeys }}
+{{- if not (and .env .existingSecret .key) }}
+{{- fail "each secrets.judgeApiKeys entry needs env, existingSecret and key" }}
+{{- end }}
+{{- $envs = append $envs .env }}
+{{- end }}
+{{- range .Values.extraEnv }}
+{{- $envs = append $envs .name }}
+{{- end }}
+{{- range $name, $judge := (get $cfg "judges" | default dict) }}
+{{- if kindIs "map" $judge }}
+{{- if hasKey $judge "api_key" }}
+{{- fail (printf "config.judges.%s.api_key must not be in values: use api_key_env plus secrets.judgeApiKeys" $name) }}
+{{- end }}
+{{- $env := get $judge "api_key_env" }}
+{{- if and $env (not (has $env $envs)) }}
+{{- fail (printf "config.judges.%s.api_key_env is %s but no secrets.judgeApiKeys entry (or extraEnv item) provides it" $name $env) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and .Values.autoscaling.keda.enabled .Values.autoscaling.hpa.enabled }}
+{{- fail "enable at most one of autoscaling.keda and autoscaling.hpa: both would fight over spec.replicas" }}
+{{- end }}
+{{- end }}
+
+{{/* Environment: credentials from existing Secrets only, then the operator's extras. */}}
+{{- define "evalstream.env" -}}
+{{- with .Values.secrets.kafkaSasl }}
+{{- if .existingSecret }}
+- name: EVALSTREAM_KAFKA__SASL_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ .existingSecret }}
+      key: {{ .passwordKey }}
+{{- if .usernameKey }}
+- name: EVALSTREAM_KAFKA__SASL_USERNAME
+  valueFrom:
+    secretKeyRef:
+      name: {{ .existingSecret }}
+      key: {{ .usernameKey }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range .Values.secrets.judgeApiKeys }}
+- name: {{ .env }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .existingSecret }}
+      key: {{ .key }}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}

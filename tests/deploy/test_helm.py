@@ -1,0 +1,264 @@
+"""The Helm chart renders, lints and validates, offline, for default and all-on values.
+
+Rendering and linting use ``helm-python-sdk`` (Helm's Go SDK through a C ABI: no helm
+binary, no cluster). Built-in kinds are validated with ``kubernetes-validate`` (strict:
+unknown fields fail); custom resources against the CRD subsets in ``crd_schemas``. The
+rendered ConfigMap must hold a config that ``evalstream check-config`` accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.deploy.crd_schemas import CRD_SCHEMAS
+
+helm = pytest.importorskip("helm_python", reason="helm-python-sdk is a dev dependency")
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "evalstream"
+ALL_ON = yaml.safe_load((CHART / "ci" / "all-on-values.yaml").read_text(encoding="utf-8"))
+KUBE_VERSION = "1.30.0"
+EVALSTREAM = Path(sys.executable).with_name("evalstream")
+
+Manifest = dict[str, Any]
+
+
+def render(values: dict[str, Any] | None = None) -> list[Manifest]:
+    """Render the chart like ``helm template es . -n llm`` and parse every document."""
+    with helm.Chart.load(CHART) as chart:
+        files = chart.render(values, name="es", namespace="llm")
+    docs: list[Manifest] = []
+    for path, text in files.items():
+        if path.endswith("NOTES.txt"):
+            continue
+        docs.extend(d for d in yaml.safe_load_all(text) if d)
+    return docs
+
+
+def one(docs: list[Manifest], kind: str, name: str | None = None) -> Manifest:
+    found = [d for d in docs if d["kind"] == kind and (name is None or
+                                                        d["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, got {len(found)}"
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def default_docs() -> list[Manifest]:
+    return render()
+
+
+@pytest.fixture(scope="module")
+def all_on_docs() -> list[Manifest]:
+    return render(ALL_ON)
+
+
+# --- lint and schema validation ------------------------------------------------------------
+
+@pytest.mark.parametrize("values", [None, ALL_ON], ids=["default", "all-on"])
+def test_chart_lints_clean_in_strict_mode(values: dict[str, Any] | None) -> None:
+    report = helm.lint(CHART, values, strict=True, kube_version=f"v{KUBE_VERSION}")
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert report["errors"] == [], report
+    assert problems == [], report
+
+
+@pytest.mark.parametrize("which", ["default", "all-on"])
+def test_every_manifest_validates(which: str, request: pytest.FixtureRequest) -> None:
+    docs: list[Manifest] = request.getfixturevalue(f"{which.replace('-', '_')}_docs")
+    checked: list[str] = []
+    for doc in docs:
+        key = (doc["apiVersion"], doc["kind"])
+        if key in CRD_SCHEMAS:
+            jsonschema.validate(doc, CRD_SCHEMAS[key])
+        else:
+            # strict: a misspelt or misplaced field is an error, not silently dropped.
+            kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+        checked.append(doc["kind"])
+    expected = {"ConfigMap", "Deployment", "Service", "ServiceAccount"}
+    if which == "all-on":
+        expected |= {"ServiceMonitor", "PrometheusRule", "PodDisruptionBudget",
+                     "ScaledObject", "TriggerAuthentication"}
+    assert expected <= set(checked), checked
+
+
+def test_hpa_variant_validates() -> None:
+    values = {"autoscaling": {"hpa": {"enabled": True, "maxReplicas": 4}}}
+    docs = render(values)
+    hpa = one(docs, "HorizontalPodAutoscaler")
+    kubernetes_validate.validate(hpa, KUBE_VERSION, strict=True)
+    assert hpa["spec"]["scaleTargetRef"]["name"] == one(docs, "Deployment")["metadata"]["name"]
+    assert "replicas" not in one(docs, "Deployment")["spec"]  # the HPA owns the count
+
+
+def test_crd_subset_schemas_reject_known_mistakes(all_on_docs: list[Manifest]) -> None:
+    """The hand-written CRD subsets must be able to fail, or they check nothing."""
+    scaled = json.loads(json.dumps(one(all_on_docs, "ScaledObject")))
+    scaled["spec"]["triggers"][0]["metadata"]["lagThreshold"] = 1000  # KEDA wants strings
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(scaled, CRD_SCHEMAS[("keda.sh/v1alpha1", "ScaledObject")])
+    monitor = json.loads(json.dumps(one(all_on_docs, "ServiceMonitor")))
+    monitor["spec"]["endpoints"][0]["interval"] = "30 seconds"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(monitor, CRD_SCHEMAS[("monitoring.coreos.com/v1", "ServiceMonitor")])
+
+
+# --- the config the pods read -------------------------------------------------------------
+
+def _rendered_config(docs: list[Manifest]) -> str:
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and "config.yaml" in d["data"])
+    text: str = cm["data"]["config.yaml"]
+    return text
+
+
+@pytest.mark.parametrize("which", ["default", "all-on"])
+def test_rendered_config_passes_check_config(
+    which: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    docs: list[Manifest] = request.getfixturevalue(f"{which.replace('-', '_')}_docs")
+    config = tmp_path / "config.yaml"
+    config.write_text(_rendered_config(docs), encoding="utf-8")
+    # The pod gets these from secretKeyRefs; here they are placeholders of the same names.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALSTREAM_")}
+    deployment = one(docs, "Deployment")
+    for var in deployment["spec"]["template"]["spec"]["containers"][0].get("env", []):
+        if "valueFrom" in var:
+            env[var["name"]] = "placeholder-from-secret"
+    proc = subprocess.run(
+        [str(EVALSTREAM), "check-config", str(config)],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "placeholder-from-secret" not in proc.stdout + proc.stderr
+
+
+def test_config_map_holds_values_config_verbatim(all_on_docs: list[Manifest]) -> None:
+    assert yaml.safe_load(_rendered_config(all_on_docs)) == ALL_ON["config"]
+
+
+def test_config_change_rolls_the_pods() -> None:
+    a = one(render(), "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    b = one(render({"config": {"sampling": {"rate": 0.5}}}), "Deployment")
+    b_ann = b["spec"]["template"]["metadata"]["annotations"]
+    assert len(a["checksum/config"]) == 64
+    assert a["checksum/config"] != b_ann["checksum/config"]
+
+
+# --- pod hardening, probes, shutdown ------------------------------------------------------
+
+def test_pod_is_hardened_and_probed(default_docs: list[Manifest]) -> None:
+    pod = one(default_docs, "Deployment")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    sc = container["securityContext"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert sc["runAsNonRoot"] is True
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["args"] == ["run", "--config", "/etc/evalstream/config.yaml"]
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert {"/etc/evalstream", "/tmp"} <= mounts
+    assert pod["automountServiceAccountToken"] is False
+
+
+@pytest.mark.parametrize("which", ["default", "all-on"])
+def test_grace_period_outlasts_the_worker_drain(
+    which: str, request: pytest.FixtureRequest
+) -> None:
+    docs: list[Manifest] = request.getfixturevalue(f"{which.replace('-', '_')}_docs")
+    drain = yaml.safe_load(_rendered_config(docs))["worker"]["shutdown_timeout_s"]
+    grace = one(docs, "Deployment")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace > drain
+
+
+def test_metrics_port_follows_the_config() -> None:
+    docs = render({"config": {"server": {"port": 9100}}})
+    ports = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert ports == [{"name": "metrics", "containerPort": 9100, "protocol": "TCP"}]
+
+
+# --- secrets stay secret --------------------------------------------------------------------
+
+def test_credentials_come_only_from_existing_secrets(all_on_docs: list[Manifest]) -> None:
+    assert not [d for d in all_on_docs if d["kind"] == "Secret"]
+    env = one(all_on_docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in env if "valueFrom" in e}
+    assert refs["EVALSTREAM_KAFKA__SASL_PASSWORD"] == {"name": "kafka-credentials",
+                                                      "key": "password"}
+    assert refs["OPENAI_API_KEY"] == {"name": "llm-judge", "key": "api-key"}
+    auth = one(all_on_docs, "TriggerAuthentication")
+    assert {r["parameter"] for r in auth["spec"]["secretTargetRef"]} == {"username", "password"}
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"config": {"kafka": {"sasl_password": "hunter2"}}}, "sasl_password"),
+        ({"config": {"judges": {"llm": {"type": "openai", "base_url": "http://x", "model": "m",
+                                        "api_key_env": "JUDGE_KEY"}}}}, "JUDGE_KEY"),
+        ({"config": {"judges": {"llm": {"type": "openai", "base_url": "http://x", "model": "m",
+                                        "api_key": "sk-live"}}}}, "api_key"),
+        ({"config": {"kafka": {"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN"}}},
+         "existingSecret"),
+        ({"autoscaling": {"keda": {"enabled": True}, "hpa": {"enabled": True}}}, "at most one"),
+        ({"terminationGracePeriodSeconds": 10}, "must exceed"),
+    ],
+    ids=["sasl-password-in-values", "api-key-env-without-secret", "api-key-in-values",
+         "sasl-without-secret", "keda-and-hpa", "grace-below-drain"],
+)
+def test_dangerous_values_fail_to_render(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(helm.HelmError, match=message):
+        render(values)
+
+
+# --- observability and scaling add-ons ------------------------------------------------------
+
+def test_keda_caps_replicas_at_partition_count(all_on_docs: list[Manifest]) -> None:
+    spec = one(all_on_docs, "ScaledObject")["spec"]
+    assert ALL_ON["autoscaling"]["keda"]["maxReplicaCount"] > ALL_ON["autoscaling"]["keda"][
+        "partitions"]
+    assert spec["maxReplicaCount"] == ALL_ON["autoscaling"]["keda"]["partitions"]
+    meta = spec["triggers"][0]["metadata"]
+    assert meta["consumerGroup"] == ALL_ON["config"]["kafka"]["group_id"]
+    assert meta["topic"] == "otlp_spans"
+    assert meta["sasl"] == "scram_sha512"
+    assert meta["tls"] == "enable"
+    assert "replicas" not in one(all_on_docs, "Deployment")["spec"]
+
+
+def test_prometheus_rule_ships_the_rules_file(all_on_docs: list[Manifest]) -> None:
+    shipped = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text("utf-8"))
+    rule = one(all_on_docs, "PrometheusRule")
+    assert rule["spec"]["groups"] == shipped["groups"]
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+def test_dashboard_config_map_is_sidecar_discoverable(all_on_docs: list[Manifest]) -> None:
+    cm = one(all_on_docs, "ConfigMap", "es-evalstream-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = json.loads((CHART / "files" / "dashboard.json").read_text("utf-8"))
+    assert json.loads(cm["data"]["evalstream.json"]) == shipped
+
+
+def test_service_monitor_scrapes_the_service_port(all_on_docs: list[Manifest]) -> None:
+    monitor = one(all_on_docs, "ServiceMonitor")
+    service = one(all_on_docs, "Service")
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"][
+        "labels"].items()
+
+
+def test_optional_objects_are_off_by_default(default_docs: list[Manifest]) -> None:
+    kinds = {d["kind"] for d in default_docs}
+    assert kinds == {"ConfigMap", "Deployment", "Service", "ServiceAccount"}
