@@ -1,3 +1,13 @@
 """Imports every builtin evaluator module so each registers itself."""
 
-from evalstream.evaluators import refusal  # noqa: F401
+from evalstream.evaluators import (  # noqa: F401
+    custom,
+    labels,
+    rag,
+    refusal,
+    role_adherence,
+    role_violation,
+    scales,
+    summarization,
+    topic_adherence,
+)

@@ -8,7 +8,10 @@ conversations are rendered one line per turn.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Generic, Literal, TypeVar
 
 from pydantic import Field
 
@@ -19,13 +22,16 @@ from evalstream.judges.base import YES_NO, Judgement
 from evalstream.judges.scoring import binary_confidence, normalise
 
 __all__ = [
+    "AsyncMemo",
     "BinaryParams",
     "TextParams",
+    "TextSource",
     "binary_score",
     "clip",
     "conversation_of",
     "render_turns",
     "require",
+    "text_of",
     "yes_probability",
 ]
 
@@ -136,3 +142,71 @@ def binary_score(
         details=dict(details or {}),
         judge=judgement.info if judgement is not None else None,
     )
+
+
+#: Where a single-text evaluator (sentiment, frustration, toxicity...) reads its text.
+TextSource = Literal["input", "output", "user_turns", "conversation"]
+
+
+def text_of(event: TraceEvent, source: TextSource, params: TextParams) -> str:
+    """The text ``source`` names, clipped; skips with ``no_<source>`` when it is empty.
+
+    ``user_turns`` joins the user's messages (earlier ones and the input) one per line;
+    ``conversation`` renders every turn as ``role: text``.
+    """
+    if source == "input":
+        return clip(require(event.input, "no_input"), params.max_chars)
+    if source == "output":
+        return clip(require(event.output, "no_output"), params.max_chars)
+    turns = conversation_of(event)
+    if source == "user_turns":
+        turns = [m for m in turns if m.role == "user"]
+        text = "\n".join(" ".join(m.content.split()) for m in turns[-params.max_turns:])
+        return clip(require(text, "no_input"), params.max_chars)
+    return require(render_turns(turns, max_chars=params.max_chars, max_turns=params.max_turns),
+                   "no_conversation")
+
+
+T = TypeVar("T")
+
+
+class AsyncMemo(Generic[T]):
+    """A bounded, least-recently-used memo of async results that also joins in-flight work.
+
+    Two evaluations that need the same value at once (two events of one conversation, two
+    events with one system prompt) share one judge request. Failures are not remembered.
+    """
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self._entries: OrderedDict[str, asyncio.Future[T]] = OrderedDict()
+        #: Computations started (each is one or more judge requests).
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    async def get(self, key: str, compute: Callable[[], Awaitable[T]]) -> T:
+        """The value for ``key``, computing it with ``compute`` only when not known."""
+        future = self._entries.get(key)
+        if future is not None:
+            self._entries.move_to_end(key)
+            return await asyncio.shield(future)
+        self.misses += 1
+        future = asyncio.get_running_loop().create_future()
+        self._entries[key] = future
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+        try:
+            value = await compute()
+        except BaseException as exc:
+            if self._entries.get(key) is future:
+                del self._entries[key]
+            if isinstance(exc, asyncio.CancelledError):
+                future.cancel()
+            elif not future.done():
+                future.set_exception(exc)
+                future.exception()  # mark retrieved: waiters re-raise, nobody else must
+            raise
+        future.set_result(value)
+        return value

@@ -74,7 +74,8 @@ def create(spec: EvaluatorSpec, judges: Mapping[str, Judge], *, where: str) -> E
         params = cls.params_model.model_validate(spec.params)
     except ValidationError as exc:
         problems = "; ".join(
-            f"params.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+            f"{'.'.join(['params', *(str(p) for p in err['loc'])])}: {err['msg']}"
+            for err in exc.errors()
         )
         raise ConfigError(f"{where} ({spec.label}): {problems}") from None
     judge = judges.get(spec.judge)

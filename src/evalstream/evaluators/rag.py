@@ -1,0 +1,118 @@
+"""Retrieval-augmented generation checks: groundedness, answer and context relevancy.
+
+Each is one yes/no question where "yes" is the good outcome, so ``score`` = p(yes).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from evalstream.evaluators.base import Evaluator, Score, add_reason
+from evalstream.evaluators.common import (
+    BinaryParams,
+    binary_score,
+    clip,
+    require,
+    yes_probability,
+)
+from evalstream.evaluators.registry import register
+from evalstream.events import TraceEvent
+from evalstream.judges.base import JudgeRequest
+
+__all__ = ["AnswerRelevancy", "ContextRelevancy", "Groundedness", "YesNoEvaluator"]
+
+
+class YesNoEvaluator(Evaluator[BinaryParams]):
+    """A yes/no question where yes is good; subclasses give the wording and data."""
+
+    params_model = BinaryParams
+    task: ClassVar[str]
+    instructions: ClassVar[str]
+    question: ClassVar[str]
+    #: (label when passed, label when failed)
+    outcome: ClassVar[tuple[str, str]]
+
+    def labels(self) -> tuple[str, ...]:
+        """The two outcome labels."""
+        return self.outcome
+
+    def data(self, event: TraceEvent) -> tuple[tuple[str, str], ...]:
+        """The untrusted fields."""
+        raise NotImplementedError
+
+    def _context(self, event: TraceEvent) -> str:
+        if not any(c.strip() for c in event.context):
+            require(None, "no_context")
+        per = max(200, self.params.max_chars // max(1, len(event.context)))
+        return "\n---\n".join(clip(c, per) for c in event.context if c.strip())
+
+    async def evaluate(self, event: TraceEvent) -> Score:
+        """One request; score = p(yes)."""
+        request = JudgeRequest(task=self.task, instructions=self.instructions,
+                               question=self.question, data=self.data(event))
+        judgement = await self.judge.judge(request)
+        score = binary_score(yes_probability(judgement), threshold=self.params.threshold,
+                             labels=self.outcome, probability_names=self.outcome,
+                             judgement=judgement)
+        return await add_reason(self, score, request.data, rationale=judgement.rationale)
+
+
+@register
+class Groundedness(YesNoEvaluator):
+    """Answer vs retrieved context -> grounded / ungrounded."""
+
+    name = "groundedness"
+    summary = "output vs context -> grounded / ungrounded; score = p(grounded)"
+    task = "groundedness"
+    instructions = (
+        "You check whether an answer is grounded in the given context: every claim it makes "
+        "is supported by, or follows from, the context. Ignore your own knowledge."
+    )
+    question = "Is the answer fully supported by the context?"
+    outcome = ("grounded", "ungrounded")
+
+    def data(self, event: TraceEvent) -> tuple[tuple[str, str], ...]:
+        """Context then answer."""
+        context = self._context(event)
+        return (("context", context),
+                ("answer", clip(require(event.output, "no_output"), self.params.max_chars)))
+
+
+@register
+class AnswerRelevancy(YesNoEvaluator):
+    """Question + answer -> relevant / irrelevant."""
+
+    name = "answer_relevancy"
+    summary = "input + output -> relevant / irrelevant; score = p(relevant)"
+    task = "answer_relevancy"
+    instructions = (
+        "You check whether an answer addresses the question it replies to. Judge relevance "
+        "only, not whether the answer is factually correct."
+    )
+    question = "Does the answer address the question?"
+    outcome = ("relevant", "irrelevant")
+
+    def data(self, event: TraceEvent) -> tuple[tuple[str, str], ...]:
+        """Question then answer."""
+        return (("question", clip(require(event.input, "no_input"), self.params.max_chars)),
+                ("answer", clip(require(event.output, "no_output"), self.params.max_chars)))
+
+
+@register
+class ContextRelevancy(YesNoEvaluator):
+    """Question + retrieved context -> relevant / irrelevant."""
+
+    name = "context_relevancy"
+    summary = "input + context -> relevant / irrelevant; score = p(relevant)"
+    task = "context_relevancy"
+    instructions = (
+        "You check whether retrieved context contains the information needed to answer the "
+        "question. Context that is only on the same subject but cannot answer it is irrelevant."
+    )
+    question = "Does the context contain what is needed to answer the question?"
+    outcome = ("relevant", "irrelevant")
+
+    def data(self, event: TraceEvent) -> tuple[tuple[str, str], ...]:
+        """Question then context."""
+        question = clip(require(event.input, "no_input"), self.params.max_chars)
+        return (("question", question), ("context", self._context(event)))

@@ -1,0 +1,66 @@
+"""Invalid evaluator parameters fail at start-up, naming the route and the field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from evalstream.config import EvaluatorSpec
+from evalstream.errors import ConfigError
+from evalstream.evaluators import registry
+from tests.support.scripted_judge import ScriptedJudge
+
+WHERE = "routes[2] (support) evaluators[1]"
+
+
+def create(evaluator: str, judge: str = "j", **params: Any) -> None:
+    registry.create(EvaluatorSpec(evaluator=evaluator, judge=judge, params=params),
+                    {"j": ScriptedJudge()}, where=WHERE)
+
+
+@pytest.mark.parametrize(("evaluator", "params", "field", "words"), [
+    ("topic_adherence", {}, "params", "criteria is required"),
+    ("topic_adherence", {"criteria": "Cooking", "threshold": 1.5}, "params.threshold",
+     "less than or equal to 1"),
+    ("refusal", {"threshold": -0.1}, "params.threshold", "greater than or equal to 0"),
+    ("refusal", {"treshold": 0.4}, "params.treshold", "Extra inputs"),
+    ("role_adherence", {}, "params", "chatbot_role is required"),
+    ("role_adherence", {"chatbot_role": "x" * 10, "threshold": "high"}, "params.threshold",
+     "valid number"),
+    ("role_violation", {"threshold": 101}, "params.threshold", "less than or equal to 100"),
+    ("topic", {}, "params.topics", "Field required"),
+    ("topic", {"topics": {}}, "params.topics", "at least 1"),
+    ("topic", {"topics": {"Billing Stuff": "x"}}, "params.topics", "lower-case"),
+    ("topic", {"topics": {"billing": "x"}, "fail_topics": ["shipping"]}, "params.fail_topics",
+     "unknown topics"),
+    ("frustration", {"threshold": 6}, "params.threshold", "less than or equal to 5"),
+    ("sentiment", {"source": "reply"}, "params.source", "'input'"),
+    ("classifier", {"labels": {"a": "x"}}, "params.labels", "at least 2"),
+    ("scorer", {"rubric": "1 bad .. 3 good", "levels": 3, "threshold": 4}, "params",
+     "above levels"),
+])
+def test_bad_params_name_route_and_field(evaluator: str, params: dict[str, Any], field: str,
+                                         words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        create(evaluator, **params)
+    message = str(info.value)
+    assert message.startswith(f"{WHERE} ({evaluator}): {field}:")
+    assert words in message
+
+
+def test_unknown_evaluator_and_judge() -> None:
+    with pytest.raises(ConfigError, match=r"routes\[2\] \(support\) evaluators\[1\]\.evaluator: "
+                                          r"unknown evaluator 'refusl'"):
+        create("refusl")
+    with pytest.raises(ConfigError, match=r"evaluators\[1\]\.judge: no judge named 'gpt'"):
+        create("refusal", judge="gpt")
+
+
+def test_every_evaluator_is_registered() -> None:
+    assert set(registry.names()) >= {
+        "topic_adherence", "topic", "refusal", "frustration", "sentiment", "role_violation",
+        "role_adherence", "groundedness", "answer_relevancy", "context_relevancy",
+        "question_clarity", "toxicity", "text_similarity", "summarization", "classifier",
+        "scorer"}
+    assert all(summary for _, summary in registry.describe())

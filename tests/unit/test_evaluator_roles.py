@@ -1,0 +1,176 @@
+"""Role violation and role adherence: extraction caching, per-turn caching, request counts."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from evalstream.config import EvaluatorSpec
+from evalstream.errors import EvaluatorError, SkipEvaluation
+from evalstream.evaluators import registry
+from evalstream.evaluators.base import Evaluator
+from evalstream.events import Message, TraceEvent
+from evalstream.judges.base import JudgeRequest
+from tests.support.scripted_judge import ScriptedJudge
+
+ROLE = "A cooking assistant that only discusses recipes and never gives medical advice."
+PROMPT = "You are ChefBot. Only talk about cooking. Never give medical advice. Be brief."
+
+
+def make(name: str, judge: ScriptedJudge, reasons: str = "never", **params: Any
+         ) -> Evaluator[Any]:
+    spec = EvaluatorSpec(evaluator=name, judge="j", params=params,
+                         reasons=reasons)  # type: ignore[arg-type]
+    return registry.create(spec, {"j": judge}, where="routes[0] (r) evaluators[0]")
+
+
+def extraction() -> tuple[str, dict[str, Any]]:
+    return ('{"role": "cooking assistant"}',
+            {"role": "cooking assistant",
+             "behaviours": ["Only talk about cooking", "Never give medical advice"]})
+
+
+async def test_role_violation_extracts_once_per_prompt() -> None:
+    judge = ScriptedJudge({"role_violation": {"yes": 0.9, "no": 0.1}},
+                          generate={"role_extraction": extraction()})
+    evaluator = make("role_violation", judge)
+    events = [TraceEvent(event_id=str(i), system_prompt=PROMPT, output=f"Add salt {i}.")
+              for i in range(3)]
+    scores = [await evaluator.evaluate(e) for e in events]
+    assert [g.task for g in judge.generations] == ["role_extraction"]
+    assert judge.generations[0].data == (("system_prompt", PROMPT),)
+    assert judge.generations[0].json_schema_hint is not None
+    assert len(judge.requests) == 3
+    request = judge.requests[0]
+    assert request.task == "role_violation"
+    assert request.data == (
+        ("role", "Role: cooking assistant\nRules:\n1. Only talk about cooking\n"
+                 "2. Never give medical advice"),
+        ("output", "Add salt 0."))
+    assert request.hints["behaviours"] == ["Only talk about cooking", "Never give medical advice"]
+    first = scores[0]
+    assert first.raw_score == pytest.approx(90.0)
+    assert first.score == pytest.approx(0.9)
+    assert first.passed is True
+    assert first.threshold == pytest.approx(0.5)
+    assert first.label == "conforms"
+    assert first.details == {"extracted_role": "cooking assistant",
+                             "extracted_behaviours": ["Only talk about cooking",
+                                                      "Never give medical advice"],
+                             "affected_sections": []}
+    # Only the evaluation that ran the extraction is charged for it.
+    assert first.judge is not None
+    assert first.judge.requests == 2
+    assert scores[1].judge is not None
+    assert scores[1].judge.requests == 1
+
+
+async def test_role_violation_failure_names_sections() -> None:
+    sections = {"sections": [{"text": "Take two aspirin.",
+                              "violated_behaviours": ["Never give medical advice"]}]}
+    judge = ScriptedJudge({"role_violation": {"yes": 0.2, "no": 0.8}},
+                          generate={"role_extraction": extraction(),
+                                    "role_violation_sections": ("", sections)})
+    score = await make("role_violation", judge, threshold=100).evaluate(
+        TraceEvent(event_id="e", system_prompt=PROMPT,
+                   output="Soup is nice. Take two aspirin."))
+    assert score.passed is False
+    assert score.label == "violates"
+    assert score.raw_score == pytest.approx(20.0)
+    assert score.details["affected_sections"] == sections["sections"]
+    assert [g.task for g in judge.generations] == ["role_extraction", "role_violation_sections"]
+
+
+async def test_role_violation_with_configured_role_needs_no_extraction() -> None:
+    judge = ScriptedJudge({"role_violation": {"yes": 0.4, "no": 0.6}})
+    score = await make("role_violation", judge, expected_role="support agent",
+                       behaviours=["Be polite"], sections=False).evaluate(
+        TraceEvent(event_id="e", output="Go away."))
+    [request] = judge.requests
+    assert request.instructions.endswith("Role: support agent\nRules:\n1. Be polite")
+    assert request.data == (("output", "Go away."),)
+    assert score.passed is False
+    assert judge.generations == []
+
+
+async def test_role_violation_skips_and_rejects_bad_extraction() -> None:
+    judge = ScriptedJudge({"role_violation": {"yes": 1.0}},
+                          generate={"role_extraction": "not json"})
+    evaluator = make("role_violation", judge)
+    with pytest.raises(SkipEvaluation, match="no_role"):
+        await evaluator.evaluate(TraceEvent(event_id="e", output="x"))
+    with pytest.raises(EvaluatorError, match="not JSON"):
+        await evaluator.evaluate(TraceEvent(event_id="e", system_prompt=PROMPT, output="x"))
+
+
+def conversation(n_turns: int) -> list[TraceEvent]:
+    """A conversation arriving as one event per assistant turn, history in ``messages``."""
+    events = []
+    history: list[Message] = []
+    for i in range(n_turns):
+        user, reply = f"question {i}", f"answer {i}"
+        events.append(TraceEvent(event_id=f"t{i}", session_id="s", messages=tuple(history),
+                                 input=user, output=reply))
+        history += [Message(role="user", content=user), Message(role="assistant", content=reply)]
+    return events
+
+
+def adheres_unless_3(request: JudgeRequest) -> dict[str, float]:
+    return {"yes": 0.1, "no": 0.9} if request.field("turn") == "answer 3" else {"yes": 0.95}
+
+
+async def test_role_adherence_six_events_cost_six_requests() -> None:
+    judge = ScriptedJudge({"role_adherence": adheres_unless_3})
+    evaluator = make("role_adherence", judge, chatbot_role=ROLE)
+    scores = [await evaluator.evaluate(e) for e in conversation(6)]
+    assert len(judge.requests) == 6  # not 1+2+...+6 = 21
+    assert [r.field("turn") for r in judge.requests] == [f"answer {i}" for i in range(6)]
+    assert judge.requests[2].data == (("user", "question 2"), ("turn", "answer 2"))
+    assert judge.requests[2].instructions.endswith(f"Role: {ROLE}")
+    last = scores[-1]
+    assert last.score == pytest.approx(5 / 6)
+    assert last.raw_score == 5
+    assert last.passed is True
+    assert last.details["assistant_turns"] == 6
+    assert [t["adhered"] for t in last.details["turns"]] == [True, True, True, False, True, True]
+    assert scores[3].score == pytest.approx(3 / 4)
+    assert [s.judge.requests for s in scores if s.judge] == [1, 1, 1, 1, 1, 1]
+
+
+async def test_role_adherence_concurrent_events_share_requests() -> None:
+    judge = ScriptedJudge({"role_adherence": {"yes": 0.9, "no": 0.1}})
+    evaluator = make("role_adherence", judge, chatbot_role=ROLE)
+    await asyncio.gather(*(evaluator.evaluate(e) for e in conversation(6)))
+    assert len(judge.requests) == 6
+
+
+async def test_role_adherence_strict_and_system_prompt_role() -> None:
+    judge = ScriptedJudge({"role_adherence": adheres_unless_3})
+    strict = make("role_adherence", judge, role_from_system_prompt=True, strict_mode=True)
+    events = conversation(4)
+    last = events[-1].model_copy(update={"system_prompt": PROMPT})
+    score = await strict.evaluate(last)
+    assert score.score == 0.0
+    assert score.passed is False
+    assert judge.requests[0].data[0] == ("role", PROMPT)  # from the trace: data
+    with pytest.raises(SkipEvaluation, match="no_role"):
+        await strict.evaluate(events[-1])
+
+
+async def test_role_adherence_reason_names_failing_turn() -> None:
+    judge = ScriptedJudge({"role_adherence": adheres_unless_3},
+                          generate={"reason": "Turn 3 gave medical advice."})
+    evaluator = make("role_adherence", judge, reasons="failures", chatbot_role=ROLE,
+                     threshold=1.0)
+    score = await evaluator.evaluate(conversation(5)[-1])
+    assert score.reason == "Turn 3 gave medical advice."
+    assert ("turn", "answer 3") in judge.generations[0].data
+
+
+async def test_role_adherence_cache_is_bounded() -> None:
+    judge = ScriptedJudge({"role_adherence": {"yes": 1.0}})
+    evaluator = make("role_adherence", judge, chatbot_role=ROLE, cache_size=3)
+    await evaluator.evaluate(conversation(6)[-1])
+    assert len(evaluator.memo) == 3  # type: ignore[attr-defined]
