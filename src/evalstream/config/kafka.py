@@ -66,6 +66,14 @@ class InputTopic(_Section):
     session_attribute: str | None = None
     #: otlp_*: resource or span attribute naming the app, tried before ``service.name``.
     app_attribute: str | None = None
+    #: otlp_*: span kinds evaluated, matched (lowercased) against ``gen_ai.operation.name``,
+    #: ``openinference.span.kind`` or ``llm.request.type``; other GenAI spans (tools,
+    #: retrieval, agents, embeddings...) are skipped as ``not_llm``.
+    llm_operations: list[str] = Field(
+        default_factory=lambda: ["chat", "text_completion", "generate_content", "completion",
+                                 "llm"])
+    #: otlp_*: extra ``TraceEvent.attributes`` name -> span or resource attribute key.
+    attribute_map: dict[str, str] = Field(default_factory=dict)
 
 
 class TopicSettings(_Section):

@@ -1,0 +1,343 @@
+"""Span -> TraceEvent extraction shared by the ``otlp_proto`` and ``otlp_json`` decoders.
+
+A decoder walks its message (resource -> scope -> span) and hands each span to a
+:class:`BatchBuilder` as a :class:`SpanView`: raw attributes plus a converter for their
+values. Values are converted only when read, so a span that is skipped (most of them in
+production: tool and retrieval spans, chat spans without captured content) costs a dict
+build and a few lookups, not a full conversion.
+
+A chat span becomes one :class:`~evalstream.events.TraceEvent`:
+
+* ``event_id`` = ``<trace_id>-<span_id>`` (lowercase hex), so a re-exported span gets the
+  same result ids;
+* content from the first convention the span carries (see :mod:`.genai_messages`);
+  ``input`` = last user message, ``messages`` = the non-system input turns, ``output`` =
+  the first choice's text, ``system_prompt`` = system instructions / system messages;
+* ``context`` = documents on the span, else those of retrieval spans of the same trace in
+  the same message that ended before it;
+* ``session_id`` from the configured attribute, ``gen_ai.conversation.id`` or
+  ``session.id`` (span, then resource); ``app`` from the configured attribute or the
+  resource's ``service.name``;
+* ``attributes`` (flat strings, for routing and metrics): ``operation``, ``provider``,
+  ``model``, ``response_model``, ``input_tokens``, ``output_tokens``, ``finish_reasons``,
+  ``response_id``, ``agent_name``, ``user_id``, ``environment``, ``span_name`` when present,
+  plus the topic's ``attribute_map``.
+
+Spans that are not evaluated are counted in ``Decoded.skipped``: ``not_genai`` (no GenAI
+marker at all), ``not_llm`` (tool, retrieval, agent, embedding... spans), ``no_content``
+(content capture off), ``bad_span`` (malformed ids or content).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from evalstream.config import InputTopic
+from evalstream.events import Message, TraceEvent
+from evalstream.formats.base import Decoded
+from evalstream.formats.genai_messages import (
+    AttrGetter,
+    BadSpanError,
+    Content,
+    read_legacy,
+    read_openinference,
+    read_semconv,
+    read_semconv_events,
+    retrieval_documents,
+)
+
+__all__ = ["Attrs", "BadSpanError", "BatchBuilder", "Options", "Resource", "SpanView"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+#: Where the kind of span is declared, most specific first.
+_KIND_KEYS = ("gen_ai.operation.name", "llm.request.type", "openinference.span.kind")
+#: Any of these without a declared kind still marks a model call (semconv <= 1.26 had no
+#: operation name; flattened prompts may come without ``llm.request.type``).
+_LLM_MARKERS = (
+    "gen_ai.provider.name", "gen_ai.system", "gen_ai.request.model", "gen_ai.input.messages",
+    "gen_ai.output.messages", "gen_ai.prompt.0.content", "gen_ai.prompt.0.role",
+    "gen_ai.completion.0.content", "llm.model_name", "llm.input_messages.0.message.role",
+)
+_SESSION_KEYS = ("gen_ai.conversation.id", "session.id")
+#: TraceEvent.attributes name -> span attribute keys tried in order.
+_SPAN_ATTRIBUTES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("provider", ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")),
+    ("model", ("gen_ai.request.model", "llm.model_name", "gen_ai.response.model")),
+    ("response_model", ("gen_ai.response.model",)),
+    ("input_tokens", ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens",
+                      "llm.token_count.prompt")),
+    ("output_tokens", ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens",
+                       "llm.token_count.completion")),
+    ("response_id", ("gen_ai.response.id",)),
+    ("agent_name", ("gen_ai.agent.name",)),
+    ("user_id", ("user.id", "enduser.id")),
+)
+_ENVIRONMENT_KEYS = ("deployment.environment.name", "deployment.environment")
+
+
+def _text(value: Any) -> str:
+    """A flat string for an attribute value (lists comma-joined, booleans lowercase)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(_text(v) for v in value)
+    return str(value)
+
+
+class Attrs:
+    """Raw attributes by key, with lazy conversion of values to plain Python."""
+
+    __slots__ = ("convert", "raw")
+
+    def __init__(self, raw: dict[str, Any], convert: Callable[[Any], Any]) -> None:
+        self.raw = raw
+        self.convert = convert
+
+    def get(self, key: str) -> Any:
+        """The converted value of ``key``, or ``None``."""
+        raw = self.raw.get(key)
+        return None if raw is None else self.convert(raw)
+
+    def first_text(self, keys: tuple[str, ...]) -> str | None:
+        """The first of ``keys`` present, as a non-empty flat string."""
+        raw = self.raw
+        for key in keys:
+            value = raw.get(key)
+            if value is not None:
+                text = _text(self.convert(value))
+                if text:
+                    return text
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """Per-topic extraction settings, resolved once from the :class:`InputTopic`."""
+
+    llm_operations: frozenset[str]
+    session_keys: tuple[str, ...]
+    app_keys: tuple[str, ...]
+    attribute_map: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def from_topic(cls, topic: InputTopic) -> Options:
+        """Options for ``topic``."""
+        session = (topic.session_attribute,) if topic.session_attribute else ()
+        return cls(
+            llm_operations=frozenset(op.lower() for op in topic.llm_operations),
+            session_keys=(*session, *_SESSION_KEYS),
+            app_keys=(topic.app_attribute,) if topic.app_attribute else (),
+            attribute_map=tuple(topic.attribute_map.items()),
+        )
+
+
+class Resource:
+    """What a resource contributes to each of its spans' events (resolved once)."""
+
+    __slots__ = ("app", "attrs", "environment", "session_id")
+
+    def __init__(self, attrs: Attrs, options: Options) -> None:
+        self.attrs = attrs
+        self.app = attrs.first_text((*options.app_keys, "service.name"))
+        self.session_id = attrs.first_text(options.session_keys)
+        self.environment = attrs.first_text(_ENVIRONMENT_KEYS)
+
+
+class SpanView(ABC):
+    """One span as the extractor needs it; implemented by each OTLP encoding."""
+
+    __slots__ = ("attrs",)
+
+    def __init__(self, attrs: Attrs) -> None:
+        self.attrs = attrs
+
+    @abstractmethod
+    def ids(self) -> tuple[str, str]:
+        """(trace_id, span_id) as lowercase hex; raises ``BadSpanError`` when invalid."""
+
+    @abstractmethod
+    def times(self) -> tuple[int, int]:
+        """(start, end) in Unix nanoseconds (0 when unset)."""
+
+    @abstractmethod
+    def name(self) -> str:
+        """The span name."""
+
+    @abstractmethod
+    def events(self) -> list[tuple[str, AttrGetter]]:
+        """The span's events as (name, attribute getter)."""
+
+
+def _classify(attrs: Attrs, kinds: frozenset[str]) -> tuple[str | None, str | None]:
+    """(operation, skip reason); reason ``None`` means "a model call to evaluate"."""
+    raw = attrs.raw
+    for key in _KIND_KEYS:
+        if key in raw:
+            operation = _text(attrs.get(key)).lower()
+            return operation, (None if operation in kinds else "not_llm")
+    if "traceloop.span.kind" in raw:  # OpenLLMetry workflow/task/agent/tool spans
+        return None, "not_llm"
+    for key in _LLM_MARKERS:
+        if key in raw:
+            return None, None
+    return None, "not_genai"
+
+
+def _read_content(span: SpanView) -> Content | None:
+    """Content from the first convention the span carries, newest first."""
+    get = span.attrs.get
+    found = read_semconv(get)
+    if found is None or found.empty():
+        found = read_semconv_events(span.events())
+    if found is None or found.empty():
+        found = read_legacy(get)
+    if found is None or found.empty():
+        found = read_openinference(get)
+    return None if found is None or found.empty() else found
+
+
+def _timestamp(ns: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=ns // 1000)
+
+
+@dataclass(slots=True)
+class _Pending:
+    fields: dict[str, Any]
+    trace_id: str
+    end_ns: int
+
+
+class BatchBuilder:
+    """Collects the events and skips of one message."""
+
+    __slots__ = ("_docs", "_options", "_pending", "_record_ms", "skipped", "spans")
+
+    def __init__(self, options: Options, record_timestamp_ms: int | None = None) -> None:
+        self._options = options
+        self._record_ms = record_timestamp_ms
+        self._pending: list[_Pending] = []
+        #: trace_id -> [(end_ns, document)] from retrieval spans, for chat spans' context.
+        self._docs: dict[str, list[tuple[int, str]]] = {}
+        self.skipped: Counter[str] = Counter()
+        self.spans = 0
+
+    def add(self, span: SpanView, resource: Resource) -> None:
+        """Turn ``span`` into a pending event or count why not. Never raises on bad data."""
+        self.spans += 1
+        try:
+            self._add(span, resource)
+        except (BadSpanError, ValueError, TypeError, KeyError, AttributeError, IndexError):
+            # A malformed span must not cost its batch-mates: skip it, visibly.
+            self.skipped["bad_span"] += 1
+
+    def _add(self, span: SpanView, resource: Resource) -> None:
+        attrs = span.attrs
+        operation, reason = _classify(attrs, self._options.llm_operations)
+        if reason is not None:
+            if reason == "not_llm":
+                self._keep_documents(span)
+            self.skipped[reason] += 1
+            return
+        content = _read_content(span)
+        if content is None or not (content.turns or content.outputs):
+            self.skipped["no_content"] += 1
+            return
+        trace_id, span_id = span.ids()
+        start_ns, end_ns = span.times()
+        self._pending.append(_Pending(
+            self._fields(span, resource, content, operation, trace_id, span_id, end_ns or start_ns),
+            trace_id, end_ns or start_ns))
+
+    def _keep_documents(self, span: SpanView) -> None:
+        docs = retrieval_documents(span.attrs.get)
+        if docs:
+            trace_id, _ = span.ids()
+            start_ns, end_ns = span.times()
+            self._docs.setdefault(trace_id, []).extend((end_ns or start_ns, d) for d in docs)
+
+    def _fields(self, span: SpanView, resource: Resource, content: Content,
+                operation: str | None, trace_id: str, span_id: str, ns: int) -> dict[str, Any]:
+        attrs = span.attrs
+        options = self._options
+        last_user = None
+        for role, text in reversed(content.turns):
+            if role == "user":
+                last_user = text
+                break
+        attributes = self._attributes(span, resource, content, operation)
+        timestamp = None
+        if ns:
+            timestamp = _timestamp(ns)
+        elif self._record_ms is not None:
+            timestamp = _timestamp(self._record_ms * 1_000_000)
+        return {
+            "event_id": f"{trace_id}-{span_id}",
+            "trace_id": trace_id,
+            "span_id": span_id,
+            "session_id": attrs.first_text(options.session_keys) or resource.session_id,
+            "app": ((attrs.first_text(options.app_keys) if options.app_keys else None)
+                    or resource.app),
+            "system_prompt": "\n\n".join(dict.fromkeys(content.system)) or None,
+            "messages": tuple(Message(role=r, content=t) for r, t in content.turns),
+            "input": last_user,
+            "output": content.outputs[0] if content.outputs else None,
+            "context": tuple(retrieval_documents(attrs.get)),
+            "attributes": attributes,
+            "timestamp": timestamp,
+        }
+
+    def _attributes(self, span: SpanView, resource: Resource, content: Content,
+                    operation: str | None) -> dict[str, str]:
+        attrs = span.attrs
+        out: dict[str, str] = {}
+        if operation:
+            out["operation"] = operation
+        for name, keys in _SPAN_ATTRIBUTES:
+            value = attrs.first_text(keys)
+            if value is not None:
+                out[name] = value
+        finish = attrs.first_text(("gen_ai.response.finish_reasons",))
+        if finish is None and content.finish_reasons:
+            finish = ",".join(content.finish_reasons)
+        if finish:
+            out["finish_reasons"] = finish
+        if resource.environment:
+            out["environment"] = resource.environment
+        name = span.name()
+        if name:
+            out["span_name"] = name
+        for out_name, key in self._options.attribute_map:
+            value = attrs.first_text((key,)) or resource.attrs.first_text((key,))
+            if value is not None:
+                out[out_name] = value
+        return out
+
+    def add_bad(self, count: int = 1) -> None:
+        """Count spans (or containers of spans) too malformed to look at."""
+        self.spans += count
+        self.skipped["bad_span"] += count
+
+    def finish(self) -> Decoded:
+        """The decoded events (retrieval context attached) and the skip counts.
+
+        A message without any span is counted once as ``empty_batch``, so that every
+        message leaves a trace in the metrics.
+        """
+        if self.spans == 0:
+            self.skipped["empty_batch"] += 1
+        events: list[TraceEvent] = []
+        for pending in self._pending:
+            fields = pending.fields
+            docs = self._docs.get(pending.trace_id)
+            if docs and not fields["context"]:
+                fields["context"] = tuple(d for end, d in docs if end <= pending.end_ns)
+            events.append(TraceEvent(**fields))
+        return Decoded(events=events, skipped=self.skipped)

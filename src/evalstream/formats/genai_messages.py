@@ -1,0 +1,377 @@
+"""Chat content readers for the GenAI conventions found on spans in the wild.
+
+Each reader looks at one convention and returns a :class:`Content` when the span carries it,
+``None`` when it does not. They receive attribute values already converted to plain Python
+(``str``, ``int``, ``list``, ``dict``...) through an :class:`AttrGetter`, so they are shared
+by the protobuf and the JSON decoders. Conventions, newest first:
+
+* OTel GenAI semconv >= 1.37: ``gen_ai.input.messages`` / ``gen_ai.output.messages`` /
+  ``gen_ai.system_instructions``, structured or JSON strings, messages made of ``parts``;
+  the same attributes on the ``gen_ai.client.inference.operation.details`` span event.
+* OTel GenAI semconv <= 1.27: span events ``gen_ai.content.prompt`` /
+  ``gen_ai.content.completion`` holding OpenAI-style message JSON.
+* OpenLLMetry (legacy flattened): ``gen_ai.prompt.N.role|content``,
+  ``gen_ai.completion.N.role|content|finish_reason``.
+* OpenInference: ``llm.input_messages.N.message.role|content`` (or
+  ``...contents.K.message_content.text``), ``llm.output_messages...``, ``input.value`` /
+  ``output.value``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from evalstream.events import dump_json, load_json
+
+__all__ = [
+    "AttrGetter",
+    "BadSpanError",
+    "Content",
+    "read_legacy",
+    "read_openinference",
+    "read_semconv",
+    "read_semconv_events",
+    "retrieval_documents",
+]
+
+#: Reads one attribute by key, converted to plain Python; ``None`` when absent.
+AttrGetter = Callable[[str], Any]
+
+#: Part types whose text is shown to evaluators. Reasoning, tool calls and blobs are not
+#: what the user saw as the answer, so they are left out.
+_TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
+
+
+class BadSpanError(ValueError):
+    """A span carries content that does not parse; the span is skipped as ``bad_span``."""
+
+
+@dataclass(slots=True)
+class Content:
+    """Chat content of one span, normalised.
+
+    ``turns`` are the input messages other than system ones, as (role, text), in order;
+    ``outputs`` the assistant text of each choice.
+    """
+
+    system: list[str] = field(default_factory=list)
+    turns: list[tuple[str, str]] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    finish_reasons: list[str] = field(default_factory=list)
+
+    def add_turn(self, role: str, text: str) -> None:
+        """Add an input message; system messages become part of the system prompt."""
+        if not text:
+            return
+        if role == "system" or role == "developer":
+            self.system.append(text)
+        else:
+            self.turns.append((role, text))
+
+    def empty(self) -> bool:
+        """True when no text was found at all."""
+        return not (self.system or self.turns or self.outputs)
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def _structured(value: Any, what: str) -> Any:
+    """A structured value, parsing it when it arrived as a JSON string."""
+    if isinstance(value, str):
+        try:
+            return load_json(value)
+        except ValueError as exc:
+            raise BadSpanError(f"{what} is not valid JSON") from exc
+    return value
+
+
+def _stringify(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    return dump_json(value).decode()
+
+
+def parts_text(parts: Any) -> str:
+    """The text of a list of message parts (semconv ``parts`` or OpenAI ``content`` lists)."""
+    if isinstance(parts, str):
+        return parts
+    if not isinstance(parts, list):
+        return ""
+    texts: list[str] = []
+    for part in parts:
+        if isinstance(part, str):
+            texts.append(part)
+        elif isinstance(part, Mapping):
+            kind = part.get("type")
+            if kind is None or kind in _TEXT_PARTS:
+                text = part.get("content")
+                if text is None:
+                    text = part.get("text")
+                if isinstance(text, str) and text:
+                    texts.append(text)
+            elif kind == "tool_call_response":
+                # The spans.md example names it "result", the JSON schema "response".
+                response = part.get("response", part.get("result"))
+                if response is not None:
+                    texts.append(_stringify(response))
+    return "\n".join(texts)
+
+
+def _message_text(message: Mapping[str, Any]) -> str:
+    parts = message.get("parts")
+    if parts is not None:
+        return parts_text(parts)
+    return parts_text(message.get("content"))
+
+
+def _add_messages(content: Content, messages: Any, what: str) -> None:
+    """Add input messages (semconv ``parts`` or OpenAI ``content`` shape)."""
+    messages = _structured(messages, what)
+    if isinstance(messages, Mapping):
+        messages = [messages]
+    if not isinstance(messages, list):
+        raise BadSpanError(f"{what} is not a list of messages")
+    for message in messages:
+        if not isinstance(message, Mapping):
+            raise BadSpanError(f"{what} holds a non-object message")
+        role = message.get("role")
+        content.add_turn(role if isinstance(role, str) else "user", _message_text(message))
+
+
+def _add_outputs(content: Content, messages: Any, what: str) -> None:
+    """Add output messages: semconv ``[{role, parts, finish_reason}]``, OpenAI messages or
+    OpenAI choices ``[{index, finish_reason, message}]``."""
+    messages = _structured(messages, what)
+    if isinstance(messages, Mapping):
+        messages = [messages]
+    if not isinstance(messages, list):
+        raise BadSpanError(f"{what} is not a list of messages")
+    for message in messages:
+        if not isinstance(message, Mapping):
+            raise BadSpanError(f"{what} holds a non-object message")
+        finish = message.get("finish_reason")
+        inner = message.get("message")
+        text = _message_text(inner) if isinstance(inner, Mapping) else _message_text(message)
+        if text:
+            content.outputs.append(text)
+        if isinstance(finish, str) and finish:
+            content.finish_reasons.append(finish)
+
+
+def _add_system(content: Content, value: Any) -> None:
+    if isinstance(value, str):
+        stripped = value.lstrip()
+        # Mostly a JSON list of parts, but a plain string is unambiguous enough to accept.
+        if not stripped.startswith(("[", "{")):
+            content.system.append(value)
+            return
+    value = _structured(value, "gen_ai.system_instructions")
+    if isinstance(value, Mapping):
+        value = [value]
+    text = parts_text(value)
+    if text:
+        content.system.append(text)
+
+
+def _maybe_parts(text: str) -> str:
+    """Legacy/OpenInference content that is a JSON list of parts (multimodal) -> its text."""
+    if text.startswith("[{"):
+        try:
+            parsed = load_json(text)
+        except ValueError:
+            return text
+        if isinstance(parsed, list) and all(isinstance(p, Mapping) for p in parsed):
+            return parts_text(parsed)
+    return text
+
+
+# --- readers -------------------------------------------------------------------------------
+
+_INPUT = "gen_ai.input.messages"
+_OUTPUT = "gen_ai.output.messages"
+_SYSTEM = "gen_ai.system_instructions"
+
+
+def read_semconv(get: AttrGetter) -> Content | None:
+    """Semconv >= 1.37 attributes, on the span or on the operation-details event."""
+    inputs = get(_INPUT)
+    outputs = get(_OUTPUT)
+    system = get(_SYSTEM)
+    if inputs is None and outputs is None and system is None:
+        return None
+    content = Content()
+    if system is not None:
+        _add_system(content, system)
+    if inputs is not None:
+        _add_messages(content, inputs, _INPUT)
+    if outputs is not None:
+        _add_outputs(content, outputs, _OUTPUT)
+    return content
+
+
+def read_semconv_events(events: list[tuple[str, AttrGetter]]) -> Content | None:
+    """Span events: ``gen_ai.client.inference.operation.details`` (>= 1.37), or
+    ``gen_ai.content.prompt`` / ``gen_ai.content.completion`` (<= 1.27)."""
+    content: Content | None = None
+    for name, get in events:
+        if name == "gen_ai.client.inference.operation.details":
+            found = read_semconv(get)
+            if found is not None:
+                return found
+        elif name == "gen_ai.content.prompt":
+            prompt = get("gen_ai.prompt")
+            if prompt is not None:
+                content = content or Content()
+                _add_messages(content, prompt, "gen_ai.prompt")
+        elif name == "gen_ai.content.completion":
+            completion = get("gen_ai.completion")
+            if completion is not None:
+                content = content or Content()
+                _add_outputs(content, completion, "gen_ai.completion")
+    return content
+
+
+def read_legacy(get: AttrGetter) -> Content | None:
+    """OpenLLMetry's flattened ``gen_ai.prompt.N.*`` / ``gen_ai.completion.N.*``."""
+    content: Content | None = None
+    i = 0
+    while True:
+        role = get(f"gen_ai.prompt.{i}.role")
+        text = get(f"gen_ai.prompt.{i}.content")
+        if role is None and text is None:
+            break
+        content = content or Content()
+        content.add_turn(str(role or "user"), _maybe_parts(_stringify(text)))
+        i += 1
+    i = 0
+    while True:
+        text = get(f"gen_ai.completion.{i}.content")
+        finish = get(f"gen_ai.completion.{i}.finish_reason")
+        if text is None and finish is None and get(f"gen_ai.completion.{i}.role") is None:
+            break
+        content = content or Content()
+        if text is not None:
+            out = _maybe_parts(_stringify(text))
+            if out:
+                content.outputs.append(out)
+        if finish is not None:
+            content.finish_reasons.append(str(finish))
+        i += 1
+    return content
+
+
+def _oi_messages(get: AttrGetter, prefix: str) -> list[tuple[str, str]]:
+    """OpenInference flattened messages under ``prefix`` (``llm.input_messages``...)."""
+    found: list[tuple[str, str]] = []
+    i = 0
+    while True:
+        base = f"{prefix}.{i}.message."
+        role = get(base + "role")
+        text = get(base + "content")
+        if text is None:
+            # Multimodal messages list their parts under contents.K.message_content.*.
+            texts: list[str] = []
+            k = 0
+            while True:
+                part = f"{base}contents.{k}.message_content."
+                part_text = get(part + "text")
+                if part_text is None and get(part + "type") is None:
+                    break
+                if part_text:
+                    texts.append(str(part_text))
+                k += 1
+            if role is None and k == 0:
+                break
+            text = "\n".join(texts)
+        found.append((str(role or ""), _maybe_parts(_stringify(text))))
+        i += 1
+    return found
+
+
+def _oi_value(get: AttrGetter, key: str, output: bool) -> str | None:
+    """``input.value`` / ``output.value``; JSON request/response bodies are unwrapped."""
+    value = get(key)
+    if value is None:
+        return None
+    text = _stringify(value)
+    mime = get(key.replace(".value", ".mime_type"))
+    if mime != "application/json" and not text.startswith("{"):
+        return text
+    try:
+        body = load_json(text)
+    except ValueError:
+        return text
+    if isinstance(body, str):
+        return body
+    if isinstance(body, Mapping):
+        if output:
+            choices = body.get("choices")
+            if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
+                message = choices[0].get("message")
+                if isinstance(message, Mapping):
+                    return _message_text(message)
+        else:
+            messages = body.get("messages")
+            if isinstance(messages, list):
+                users = [m for m in messages if isinstance(m, Mapping) and m.get("role") == "user"]
+                if users:
+                    return _message_text(users[-1])
+    return text
+
+
+def read_openinference(get: AttrGetter) -> Content | None:
+    """OpenInference ``llm.input_messages`` / ``llm.output_messages`` / ``input.value``."""
+    inputs = _oi_messages(get, "llm.input_messages")
+    outputs = _oi_messages(get, "llm.output_messages")
+    content = Content()
+    for role, text in inputs:
+        content.add_turn(role or "user", text)
+    for _role, text in outputs:
+        if text:
+            content.outputs.append(text)
+    if not content.turns:
+        value = _oi_value(get, "input.value", output=False)
+        if value:
+            content.turns.append(("user", value))
+    if not content.outputs:
+        value = _oi_value(get, "output.value", output=True)
+        if value:
+            content.outputs.append(value)
+    return None if content.empty() else content
+
+
+def retrieval_documents(get: AttrGetter) -> list[str]:
+    """Retrieved document texts on a span: OpenInference ``retrieval.documents.N.document.
+    content`` or semconv ``gen_ai.retrieval.documents`` (list of ``{content|text, ...}``)."""
+    docs: list[str] = []
+    i = 0
+    while True:
+        text = get(f"retrieval.documents.{i}.document.content")
+        if text is None:
+            break
+        if text:
+            docs.append(_stringify(text))
+        i += 1
+    if docs:
+        return docs
+    value = get("gen_ai.retrieval.documents")
+    if value is None:
+        return docs
+    try:
+        value = _structured(value, "gen_ai.retrieval.documents")
+    except BadSpanError:
+        return docs
+    if isinstance(value, list):
+        for doc in value:
+            if isinstance(doc, Mapping):
+                text = doc.get("content", doc.get("text"))
+                if isinstance(text, str) and text:
+                    docs.append(text)
+            elif isinstance(doc, str) and doc:
+                docs.append(doc)
+    return docs

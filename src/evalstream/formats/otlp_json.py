@@ -1,0 +1,175 @@
+"""``otlp_json``: OTLP/JSON trace batches (the Collector's ``encoding: otlp_json``).
+
+Parsed with orjson and walked as dicts, not with ``google.protobuf.json_format``: OTLP/JSON
+ids are hex strings, which the protobuf JSON parser silently reads as base64 (24-byte ids,
+no error). Keys are lowerCamelCase; 64-bit integers arrive as decimal strings (numbers are
+accepted too); enums are integers; unknown fields are ignored.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from typing import Any
+
+from evalstream.config import InputTopic
+from evalstream.errors import DecodeError
+from evalstream.events import RawRecord, load_json
+from evalstream.formats.base import Decoded, Decoder
+from evalstream.formats.genai import (
+    Attrs,
+    BadSpanError,
+    BatchBuilder,
+    Options,
+    Resource,
+    SpanView,
+)
+from evalstream.formats.genai_messages import AttrGetter
+
+__all__ = ["any_value", "decode", "make_decoder"]
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise BadSpanError("boolValue is not a boolean")
+
+
+def _array(value: Any) -> list[Any]:
+    return [any_value(v) for v in value.get("values") or ()]
+
+
+def _kvlist(value: Any) -> dict[str, Any]:
+    return {kv["key"]: any_value(kv.get("value") or {}) for kv in value.get("values") or ()}
+
+
+def _bytes(value: Any) -> str:
+    return base64.b64decode(value).hex()
+
+
+_CONVERTERS: dict[str, Callable[[Any], Any]] = {
+    "stringValue": str,
+    "intValue": int,  # decimal string per the spec; int() accepts numbers as well
+    "doubleValue": float,  # also "NaN" / "Infinity" strings
+    "boolValue": _bool,
+    "arrayValue": _array,
+    "kvlistValue": _kvlist,
+    "bytesValue": _bytes,
+}
+
+
+def any_value(value: Any) -> Any:
+    """An OTLP/JSON ``AnyValue`` object as plain Python (``None`` when empty)."""
+    text = value.get("stringValue")
+    if text is not None:
+        return text
+    for key, inner in value.items():
+        convert = _CONVERTERS.get(key)
+        if convert is not None:
+            return convert(inner)
+    return None
+
+
+def _attrs(key_values: Any) -> Attrs:
+    if not key_values:
+        return Attrs({}, any_value)
+    return Attrs({kv["key"]: kv.get("value") for kv in key_values}, any_value)
+
+
+def _hex_id(value: Any, length: int, what: str) -> str:
+    if not isinstance(value, str) or len(value) != length:
+        raise BadSpanError(f"{what} must be {length} hex characters")
+    try:
+        bytes.fromhex(value)
+    except ValueError as exc:
+        raise BadSpanError(f"{what} is not hex") from exc
+    return value.lower()
+
+
+class _JsonSpan(SpanView):
+    __slots__ = ("span",)
+
+    def __init__(self, span: dict[str, Any]) -> None:
+        super().__init__(_attrs(span.get("attributes")))
+        self.span = span
+
+    def ids(self) -> tuple[str, str]:
+        span = self.span
+        return (_hex_id(span.get("traceId"), 32, "traceId"),
+                _hex_id(span.get("spanId"), 16, "spanId"))
+
+    def times(self) -> tuple[int, int]:
+        span = self.span
+        return int(span.get("startTimeUnixNano") or 0), int(span.get("endTimeUnixNano") or 0)
+
+    def name(self) -> str:
+        name = self.span.get("name")
+        return name if isinstance(name, str) else ""
+
+    def events(self) -> list[tuple[str, AttrGetter]]:
+        return [(str(event.get("name") or ""), _attrs(event.get("attributes")).get)
+                for event in self.span.get("events") or ()]
+
+
+#: What walking a malformed (but valid JSON) structure raises.
+_MALFORMED = (BadSpanError, ValueError, TypeError, KeyError, AttributeError)
+
+
+def _count_spans(resource_spans: Any) -> int:
+    """How many spans a malformed container holds, as far as can be told (at least 1)."""
+    try:
+        return max(1, sum(len(ss.get("spans") or ()) for ss in resource_spans["scopeSpans"]))
+    except (TypeError, KeyError, AttributeError):
+        return 1
+
+
+def decode(value: bytes | str, options: Options,
+           record_timestamp_ms: int | None = None) -> Decoded:
+    """Decode one OTLP/JSON ``TracesData`` / ``ExportTraceServiceRequest``.
+
+    Raises:
+        DecodeError: ``invalid_json`` when the bytes are not JSON, ``not_otlp`` when the
+            JSON is not a trace batch (no ``resourceSpans`` list).
+    """
+    try:
+        doc = load_json(value)
+    except ValueError as exc:
+        raise DecodeError("invalid_json", f"not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise DecodeError("not_otlp", "OTLP/JSON must be an object with resourceSpans")
+    resource_spans = doc.get("resourceSpans")
+    if resource_spans is None and doc:
+        raise DecodeError("not_otlp", "JSON object without resourceSpans")
+    if resource_spans is not None and not isinstance(resource_spans, list):
+        raise DecodeError("not_otlp", "resourceSpans is not a list")
+    builder = BatchBuilder(options, record_timestamp_ms)
+    add = builder.add
+    for rs in resource_spans or ():
+        try:
+            resource = Resource(_attrs((rs.get("resource") or {}).get("attributes")), options)
+            scope_spans = [ss.get("spans") or () for ss in rs.get("scopeSpans") or ()]
+            spans = [span for group in scope_spans for span in group]
+        except _MALFORMED:
+            # The resource or its scopes are malformed: its spans cannot be attributed.
+            builder.add_bad(_count_spans(rs))
+            continue
+        for span in spans:
+            try:
+                view = _JsonSpan(span)
+            except _MALFORMED:
+                builder.add_bad()
+                continue
+            add(view, resource)
+    return builder.finish()
+
+
+def make_decoder(topic: InputTopic) -> Decoder:
+    """A decoder for ``topic`` (``format: otlp_json``)."""
+    options = Options.from_topic(topic)
+
+    def decoder(record: RawRecord) -> Decoded:
+        if record.value is None:
+            raise DecodeError("empty_message", "message has no value (tombstone)")
+        return decode(record.value, options, record.timestamp_ms)
+
+    return decoder

@@ -1,0 +1,118 @@
+"""``otlp_proto``: the OpenTelemetry Collector Kafka exporter's default encoding.
+
+A message is one serialised ``TracesData`` (older pdata) or ``ExportTraceServiceRequest``
+(newer); both are field 1 = ``repeated ResourceSpans`` on the wire, so one parser reads
+both. Parsing is done by protobuf's C (upb) backend; the Python side then only touches the
+attributes it needs (see :mod:`.genai`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf.message import DecodeError as ProtoDecodeError
+from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+
+from evalstream.config import InputTopic
+from evalstream.errors import DecodeError
+from evalstream.events import RawRecord
+from evalstream.formats.base import Decoded, Decoder
+from evalstream.formats.genai import (
+    Attrs,
+    BadSpanError,
+    BatchBuilder,
+    Options,
+    Resource,
+    SpanView,
+)
+from evalstream.formats.genai_messages import AttrGetter
+
+__all__ = ["any_value", "make_decoder"]
+
+
+def any_value(value: Any) -> Any:
+    """An ``AnyValue`` message as plain Python (``None`` when no field is set)."""
+    kind = value.WhichOneof("value")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "int_value":
+        return value.int_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "double_value":
+        return value.double_value
+    if kind == "array_value":
+        return [any_value(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: any_value(kv.value) for kv in value.kvlist_value.values}
+    if kind == "bytes_value":
+        return value.bytes_value.hex()
+    # Unset, or string_value_strindex (a dictionary index only meaningful in profiles).
+    return None
+
+
+def _attrs(key_values: Any) -> Attrs:
+    return Attrs({kv.key: kv.value for kv in key_values}, any_value)
+
+
+class _ProtoSpan(SpanView):
+    __slots__ = ("span",)
+
+    def __init__(self, span: Any) -> None:
+        super().__init__(_attrs(span.attributes))
+        self.span = span
+
+    def ids(self) -> tuple[str, str]:
+        trace_id = self.span.trace_id
+        span_id = self.span.span_id
+        if len(trace_id) != 16 or len(span_id) != 8:
+            raise BadSpanError("trace_id must be 16 bytes and span_id 8 bytes")
+        return trace_id.hex(), span_id.hex()
+
+    def times(self) -> tuple[int, int]:
+        span = self.span
+        return span.start_time_unix_nano, span.end_time_unix_nano
+
+    def name(self) -> str:
+        name: str = self.span.name
+        return name
+
+    def events(self) -> list[tuple[str, AttrGetter]]:
+        return [(event.name, _attrs(event.attributes).get) for event in self.span.events]
+
+
+def decode(value: bytes, options: Options, record_timestamp_ms: int | None = None) -> Decoded:
+    """Decode one serialised ``TracesData`` / ``ExportTraceServiceRequest``.
+
+    Raises:
+        DecodeError: ``invalid_protobuf`` when the bytes do not parse, ``not_otlp`` when they
+            parse but hold no spans container (e.g. text or another message type).
+    """
+    try:
+        data = TracesData.FromString(value)
+    except ProtoDecodeError as exc:
+        raise DecodeError("invalid_protobuf", f"not an OTLP protobuf trace batch: {exc}") from exc
+    resource_spans = data.resource_spans
+    if not resource_spans and value:
+        # Many byte strings parse as protobuf made only of unknown fields.
+        raise DecodeError("not_otlp", "protobuf message without resourceSpans")
+    builder = BatchBuilder(options, record_timestamp_ms)
+    add = builder.add
+    for rs in resource_spans:
+        resource = Resource(_attrs(rs.resource.attributes), options)
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                add(_ProtoSpan(span), resource)
+    return builder.finish()
+
+
+def make_decoder(topic: InputTopic) -> Decoder:
+    """A decoder for ``topic`` (``format: otlp_proto``)."""
+    options = Options.from_topic(topic)
+
+    def decoder(record: RawRecord) -> Decoded:
+        if record.value is None:
+            raise DecodeError("empty_message", "message has no value (tombstone)")
+        return decode(record.value, options, record.timestamp_ms)
+
+    return decoder
