@@ -13,7 +13,14 @@ from typing import Any
 from evalstream.errors import JudgeUnsupportedError
 from evalstream.events import JudgeInfo
 from evalstream.judges.base import GenerateRequest, Generation, Judge, Judgement, JudgeRequest
+from evalstream.judges.builtin.frustration import score_frustration
+from evalstream.judges.builtin.generate import extract_role, summarise
+from evalstream.judges.builtin.injection import score_injection
 from evalstream.judges.builtin.refusal import score_refusal
+from evalstream.judges.builtin.role import score_role
+from evalstream.judges.builtin.sentiment import score_sentiment
+from evalstream.judges.builtin.topic import score_topic, score_topic_adherence
+from evalstream.judges.builtin.toxicity import score_toxicity
 from evalstream.judges.registry import judge_backend
 from evalstream.metrics import Metrics
 
@@ -34,12 +41,133 @@ def _refusal(request: JudgeRequest) -> tuple[dict[str, float], str]:
     return score_refusal(_required(request, "output"))
 
 
+def _text(request: JudgeRequest) -> str:
+    # "text" is the contract; fall back to the usual names so a caller that passes the
+    # output (toxicity of an answer) or the input (injection in a prompt) also works.
+    for name in ("text", "output", "input", "conversation"):
+        value = request.field(name)
+        if value is not None:
+            return value
+    raise JudgeUnsupportedError(
+        f"builtin judge: task {request.task!r} needs data field 'text'")
+
+
+def _on_text(fn: Callable[[str], tuple[dict[str, float], str]]) -> Scorer:
+    def scorer(request: JudgeRequest) -> tuple[dict[str, float], str]:
+        return fn(_text(request))
+
+    return scorer
+
+
+def _hint_str(request: JudgeRequest | GenerateRequest, name: str) -> str | None:
+    value = request.hints.get(name)
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def _topic_adherence(request: JudgeRequest) -> tuple[dict[str, float], str]:
+    criteria = _hint_str(request, "criteria")
+    if criteria is None:
+        raise JudgeUnsupportedError("builtin judge: topic_adherence needs hint 'criteria'")
+    return score_topic_adherence(_required(request, "output"), criteria,
+                                 request.field("input"), request.field("conversation"))
+
+
+def _topic(request: JudgeRequest) -> tuple[dict[str, float], str]:
+    topics = request.hints.get("topics")
+    if not isinstance(topics, Mapping) or not topics:
+        raise JudgeUnsupportedError("builtin judge: topic needs hint 'topics' (name -> text)")
+    text = " ".join(v for v in (request.field("input"), _required(request, "output")) if v)
+    probs, why = score_topic(text, {str(k): str(v) for k, v in topics.items()})
+    # Answer exactly the options asked for (topic names + "other"), in their spelling.
+    if request.options and set(request.options) != set(probs):
+        probs = {o: probs.get(o, 0.0) for o in request.options}
+        total = sum(probs.values()) or 1.0
+        probs = {k: v / total for k, v in probs.items()}
+    return probs, why
+
+
+def _behaviours(request: JudgeRequest) -> tuple[str, ...]:
+    value = request.hints.get("behaviours")
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v) for v in value)
+    return ()
+
+
+def _role_violation(request: JudgeRequest) -> tuple[dict[str, float], str]:
+    system_prompt = request.field("system_prompt")
+    role = _hint_str(request, "role") or system_prompt
+    if role is None:
+        raise JudgeUnsupportedError("builtin judge: role_violation needs hint 'role'")
+    return score_role(_required(request, "output"), role, system_prompt=system_prompt,
+                      user=request.field("input"), conversation=request.field("conversation"),
+                      behaviours=_behaviours(request))
+
+
+def _role_adherence(request: JudgeRequest) -> tuple[dict[str, float], str]:
+    role = _hint_str(request, "role") or request.field("system_prompt")
+    if role is None:
+        raise JudgeUnsupportedError("builtin judge: role_adherence needs hint 'role'")
+    turn = request.field("turn") or _required(request, "output")
+    return score_role(turn, role, system_prompt=request.field("system_prompt") or role,
+                      user=request.field("user") or request.field("input"),
+                      conversation=request.field("conversation"),
+                      behaviours=_behaviours(request))
+
+
 #: task -> scorer. Extended as scorers land; ``supports`` reads this table.
 TASKS: dict[str, Scorer] = {
     "refusal": _refusal,
+    "sentiment": _on_text(score_sentiment),
+    "toxicity": _on_text(score_toxicity),
+    "frustration": _on_text(score_frustration),
+    "prompt_injection": _on_text(score_injection),
+    "topic_adherence": _topic_adherence,
+    "topic": _topic,
+    "role_violation": _role_violation,
+    "role_adherence": _role_adherence,
 }
 
-_GENERATORS: dict[str, Callable[[GenerateRequest], tuple[str, Any]]] = {}
+def _reason(request: GenerateRequest) -> tuple[str, Any]:
+    task = _hint_str(request, "task")
+    judgement = request.field("judgement") or ""
+    scorer = TASKS.get(task) if task else None
+    if scorer is not None:
+        fields = tuple((k, v) for k, v in request.data if k != "judgement")
+        again = JudgeRequest(task=str(task), instructions="", question="", data=fields,
+                             hints=request.hints)
+        try:
+            _, rationale = scorer(again)
+        except JudgeUnsupportedError:
+            rationale = ""
+        if rationale:
+            return f"{judgement}: {rationale}".strip(": "), None
+    return (f"Judged {judgement} by the builtin lexical judge." if judgement
+            else "Judged by the builtin lexical judge."), None
+
+
+def _role_extraction(request: GenerateRequest) -> tuple[str, Any]:
+    system_prompt = request.field("system_prompt")
+    if system_prompt is None:
+        raise JudgeUnsupportedError("builtin judge: role_extraction needs data 'system_prompt'")
+    value = extract_role(system_prompt)
+    return value["role"], value
+
+
+def _summarization(request: GenerateRequest) -> tuple[str, Any]:
+    conversation = request.field("conversation")
+    if conversation is None:
+        raise JudgeUnsupportedError("builtin judge: summarization needs data 'conversation'")
+    text = summarise(conversation, limit=max(80, request.max_tokens * 4))
+    return text, None
+
+
+_GENERATORS: dict[str, Callable[[GenerateRequest], tuple[str, Any]]] = {
+    "reason": _reason,
+    "role_extraction": _role_extraction,
+    "summarization": _summarization,
+}
 
 
 class BuiltinJudge(Judge):
