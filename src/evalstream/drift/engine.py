@@ -1,0 +1,302 @@
+"""Per-(route, evaluator) windows and drift detectors, and the alerts they raise (pure).
+
+The engine is fed results and a time (the caller's clock, so tests are deterministic) and
+answers two questions: what are the live pass rates now, and which alerts changed state.
+It does no I/O: ``evalstream.app.monitor`` turns its answers into gauges and published
+``Alert`` events.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Literal
+
+from evalstream.config.drift import DriftSettings, Severity
+from evalstream.drift.cusum import BernoulliCusum, CusumDesign, design_cusum
+from evalstream.drift.stats import SlidingCounts, WindowStats
+from evalstream.events import Alert, EvalResult, stable_hash
+
+__all__ = [
+    "KIND_LABEL_SHARE",
+    "KIND_PASS_RATE",
+    "Detector",
+    "DriftEngine",
+    "Transition",
+    "format_window",
+]
+
+KIND_PASS_RATE = "pass_rate_drop"  # noqa: S105 - an alert kind, not a password
+KIND_LABEL_SHARE = "label_share"
+
+State = Literal["firing", "resolved"]
+
+
+def format_window(seconds: int) -> str:
+    """A window length as a Prometheus-style label value: ``300`` -> ``"5m"``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A detector changing state at time ``at`` (seconds)."""
+
+    state: State
+    at: float
+    statistic: float
+    stale: bool = False
+
+
+@dataclass(slots=True)
+class Detector:
+    """One sequential test on one stream of bad/good outcomes, with alert hysteresis.
+
+    "Bad" is a failed evaluation (kind ``pass_rate_drop``) or the watched label (kind
+    ``label_share``). The baseline probability of a bad outcome is learned from the first
+    ``warmup_samples`` observations unless configured.
+    """
+
+    kind: str
+    route: str
+    evaluator: str
+    settings: DriftSettings
+    shift: float
+    baseline_bad: float | None = None
+    label: str | None = None
+    cusum: BernoulliCusum | None = None
+    disabled: bool = False
+    warm_n: int = 0
+    warm_bad: int = 0
+    n_since: int = 0
+    firing: bool = False
+    first_seen: float | None = None
+    last_seen: float | None = None
+    pending: list[Transition] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.baseline_bad is not None:
+            self._arm(self.baseline_bad)
+
+    def _arm(self, baseline_bad: float) -> None:
+        self.baseline_bad = baseline_bad
+        design = design_cusum(baseline_bad, self.shift, self.settings.arl0)
+        if design is None:
+            # The baseline is already so bad that the smallest shift cannot happen.
+            self.disabled = True
+            return
+        self.cusum = BernoulliCusum(design, self.settings.cap_ratio)
+
+    @property
+    def design(self) -> CusumDesign | None:
+        """The tuned CUSUM, once the baseline is known."""
+        return self.cusum.design if self.cusum is not None else None
+
+    @property
+    def statistic(self) -> float | None:
+        """The CUSUM statistic (log-likelihood ratio), ``None`` during warm-up."""
+        return self.cusum.statistic if self.cusum is not None else None
+
+    def observe(self, bad: bool, t: float) -> None:
+        """Feed one outcome observed at time ``t``."""
+        self.last_seen = t
+        if self.cusum is None:
+            if self.disabled:
+                return
+            self.warm_n += 1
+            self.warm_bad += int(bad)
+            if self.warm_n >= self.settings.warmup_samples:
+                # Add-half smoothing keeps a clean warm-up (no failures) from meaning p0 = 0,
+                # which would make the first failure infinitely surprising.
+                self._arm((self.warm_bad + 0.5) / (self.warm_n + 1.0))
+            return
+        cusum = self.cusum
+        cusum.update(bad)
+        self.n_since += 1
+        h = cusum.design.h
+        if not self.firing:
+            if cusum.s >= h and self.n_since >= self.settings.min_detect_samples:
+                self.firing = True
+                self.first_seen = t
+                self.pending.append(Transition("firing", t, cusum.statistic))
+        elif cusum.s < self.settings.resolve_ratio * h:
+            self.firing = False
+            self.pending.append(Transition("resolved", t, cusum.statistic))
+
+    def check_stale(self, now: float) -> None:
+        """Resolve a firing alert whose stream went quiet for ``stale_after_s``."""
+        if (self.firing and self.last_seen is not None
+                and now - self.last_seen >= self.settings.stale_after_s):
+            self.firing = False
+            stat = self.statistic if self.statistic is not None else 0.0
+            self.pending.append(Transition("resolved", now, stat, stale=True))
+
+
+@dataclass(slots=True)
+class _Key:
+    route: str
+    evaluator: str
+    passes: SlidingCounts
+    pass_detector: Detector
+    label: str | None = None
+    label_counts: SlidingCounts | None = None
+    label_detector: Detector | None = None
+
+
+def _ts(t: float) -> datetime:
+    return datetime.fromtimestamp(t, UTC)
+
+
+class DriftEngine:
+    """Live windows and detectors for every (route, evaluator) that produced results.
+
+    Args:
+        settings: Windows, baselines and detector tuning.
+    """
+
+    def __init__(self, settings: DriftSettings) -> None:
+        self.settings = settings
+        self._windows = sorted(set(settings.windows_s))
+        self._keys: dict[tuple[str, str], _Key] = {}
+
+    def _key(self, route: str, evaluator: str) -> _Key:
+        key = self._keys.get((route, evaluator))
+        if key is None:
+            s = self.settings
+            horizon = self._windows[-1]
+            configured = s.baselines.get(f"{route}/{evaluator}", s.baselines.get(evaluator))
+            key = _Key(
+                route=route,
+                evaluator=evaluator,
+                passes=SlidingCounts(s.bucket_s, horizon),
+                pass_detector=Detector(
+                    KIND_PASS_RATE, route, evaluator, s, s.min_shift,
+                    baseline_bad=None if configured is None else 1.0 - configured),
+            )
+            label = s.watch_labels.get(evaluator)
+            if label is not None:
+                key.label = label
+                key.label_counts = SlidingCounts(s.bucket_s, horizon)
+                key.label_detector = Detector(KIND_LABEL_SHARE, route, evaluator, s,
+                                              s.label_min_shift, label=label)
+            self._keys[(route, evaluator)] = key
+        return key
+
+    def observe(self, result: EvalResult, now: float) -> None:
+        """Count one published result at time ``now``.
+
+        Errors and results without a verdict do not count: an outage of the judge must
+        not read as a drop in quality.
+        """
+        if result.status != "ok":
+            return
+        weight = 1.0 / result.sample_rate
+        if result.passed is not None:
+            key = self._key(result.route, result.evaluator)
+            key.passes.add(now, result.passed, weight)
+            key.pass_detector.observe(not result.passed, now)
+        if result.label is not None and result.evaluator in self.settings.watch_labels:
+            key = self._key(result.route, result.evaluator)
+            hit = result.label == key.label
+            if key.label_counts is not None and key.label_detector is not None:
+                key.label_counts.add(now, hit, weight)
+                key.label_detector.observe(hit, now)
+
+    def pass_rates(self, now: float) -> Iterator[tuple[str, str, str, WindowStats]]:
+        """``(route, evaluator, window label, stats)`` for every key with pass/fail data."""
+        for key in self._keys.values():
+            if key.passes.last_t is None:
+                continue
+            for w in self._windows:
+                stats = key.passes.stats(now, w, self.settings.min_samples)
+                yield key.route, key.evaluator, format_window(w), stats
+
+    def detectors(self) -> Iterator[Detector]:
+        """Every detector (pass-rate and label-share) that has seen data."""
+        for key in self._keys.values():
+            if key.passes.last_t is not None:
+                yield key.pass_detector
+            if key.label_detector is not None and key.label_detector.last_seen is not None:
+                yield key.label_detector
+
+    def _current(self, key: _Key, kind: str, now: float) -> tuple[str, WindowStats]:
+        counts = key.passes if kind == KIND_PASS_RATE else key.label_counts
+        stats = WindowStats(0, 0.0, 0.0, None, None, None)
+        if counts is None:
+            return format_window(self._windows[-1]), stats
+        for w in self._windows:
+            stats = counts.stats(now, w, self.settings.min_samples)
+            if stats.enough:
+                return format_window(w), stats
+        return format_window(self._windows[-1]), stats
+
+    def drain_alerts(self, now: float) -> list[Alert]:
+        """Alerts for every state change since the last call (oldest first)."""
+        alerts: list[Alert] = []
+        for key in self._keys.values():
+            for det in (key.pass_detector, key.label_detector):
+                if det is None:
+                    continue
+                det.check_stale(now)
+                while det.pending:
+                    alerts.append(self._alert(key, det, det.pending.pop(0), now))
+        alerts.sort(key=lambda a: a.at)
+        return alerts
+
+    def _severity(self, det: Detector, stats: WindowStats) -> Severity:
+        s = self.settings
+        base: Severity = s.severities.get(det.kind, "warning")
+        if det.baseline_bad is None or stats.lower is None or stats.upper is None:
+            return base
+        if det.kind == KIND_PASS_RATE:
+            far = stats.upper < (1.0 - det.baseline_bad) - s.critical_shift
+        else:
+            far = stats.lower > det.baseline_bad + s.critical_shift
+        return "critical" if far else base
+
+    def _alert(self, key: _Key, det: Detector, tr: Transition, now: float) -> Alert:
+        window, stats = self._current(key, det.kind, now)
+        bad0 = det.baseline_bad
+        if det.kind == KIND_PASS_RATE:
+            baseline = None if bad0 is None else 1.0 - bad0
+            what = f"pass rate of {key.evaluator} on route {key.route}"
+        else:
+            baseline = bad0
+            what = f"share of label {det.label!r} from {key.evaluator} on route {key.route}"
+        first = det.first_seen if det.first_seen is not None else tr.at
+        design = det.design
+        if tr.state == "firing":
+            change = "dropped" if det.kind == KIND_PASS_RATE else "rose"
+            summary = f"{what} {change}"
+        else:
+            summary = f"{what} back to baseline" if not tr.stale else f"{what}: no data, stale"
+        if stats.enough:
+            summary += (f": {stats.rate:.1%} over {window} (95% CI {stats.lower:.1%}-"
+                        f"{stats.upper:.1%}, n={stats.n})")
+        if baseline is not None:
+            summary += f" vs baseline {baseline:.1%}"
+        severity = self._severity(det, stats) if tr.state == "firing" else \
+            self.settings.severities.get(det.kind, "warning")
+        interval = (stats.lower, stats.upper) if stats.lower is not None \
+            and stats.upper is not None else None
+        return Alert(
+            alert_id=stable_hash(key.route, key.evaluator, det.kind, first, length=24),
+            state=tr.state,
+            route=key.route,
+            evaluator=key.evaluator,
+            kind=det.kind,
+            severity=severity,
+            baseline=baseline,
+            current=stats.rate,
+            interval=interval,
+            n=stats.n,
+            statistic=None if math.isnan(tr.statistic) else tr.statistic,
+            threshold=design.threshold if design is not None else None,
+            first_seen=_ts(first),
+            at=_ts(tr.at),
+            summary=summary,
+        )

@@ -1,0 +1,203 @@
+"""Pure drift maths: Wilson intervals, bucketed windows, CUSUM design and detectors."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from evalstream.config.drift import DriftSettings
+from evalstream.drift import (
+    BernoulliCusum,
+    Detector,
+    SlidingCounts,
+    average_run_length,
+    design_cusum,
+    format_window,
+    wilson_interval,
+)
+
+
+def test_wilson_matches_known_values() -> None:
+    lo, hi = wilson_interval(0.5, 100)
+    assert lo == pytest.approx(0.4038, abs=1e-4)
+    assert hi == pytest.approx(0.5962, abs=1e-4)
+    # At p = 0 the interval still has width (the normal approximation would be [0, 0]).
+    lo, hi = wilson_interval(0.0, 10)
+    assert lo == 0.0
+    assert hi == pytest.approx(0.2775, abs=1e-4)
+    # More data, narrower interval.
+    assert wilson_interval(0.9, 1000)[0] > wilson_interval(0.9, 100)[0]
+    with pytest.raises(ValueError, match="n > 0"):
+        wilson_interval(0.5, 0)
+
+
+def test_window_reports_not_enough_data_instead_of_zero() -> None:
+    counts = SlidingCounts(bucket_s=1, horizon_s=60)
+    empty = counts.stats(now=100.0, window_s=60, min_samples=5)
+    assert (empty.n, empty.rate, empty.lower, empty.upper) == (0, None, None, None)
+    for i in range(4):
+        counts.add(100.0 + i, hit=False)
+    tiny = counts.stats(now=104.0, window_s=60, min_samples=5)
+    assert tiny.n == 4
+    assert tiny.rate is None
+    assert not tiny.enough
+    counts.add(104.0, hit=True)
+    ok = counts.stats(now=104.0, window_s=60, min_samples=5)
+    assert ok.rate == pytest.approx(0.2)
+    assert ok.lower is not None
+    assert ok.upper is not None
+    assert ok.lower < 0.2 < ok.upper
+
+
+def test_window_weights_by_inverse_sample_rate() -> None:
+    counts = SlidingCounts(bucket_s=10, horizon_s=300)
+    # 50 passes sampled at 100%, 50 failures sampled at 10%: each failure stands for 10.
+    for i in range(50):
+        counts.add(float(i), hit=True, weight=1.0)
+        counts.add(float(i), hit=False, weight=10.0)
+    stats = counts.stats(now=60.0, window_s=300, min_samples=10)
+    assert stats.rate == pytest.approx(50 / 550)
+    assert stats.n == 100
+    # Kish's effective sample size: (sum w)^2 / sum w^2 = 550^2 / 5050.
+    assert stats.n_eff == pytest.approx(550**2 / 5050)
+    unweighted = wilson_interval(50 / 550, 100)
+    assert stats.upper is not None
+    assert stats.lower is not None
+    assert stats.upper - stats.lower > unweighted[1] - unweighted[0]
+
+
+def test_window_slides_and_memory_is_bounded() -> None:
+    counts = SlidingCounts(bucket_s=10, horizon_s=300)
+    for t in range(3000):  # 50 minutes, one observation a second
+        counts.add(float(t), hit=t >= 2900)
+    assert len(counts) <= 31
+    last_100s = counts.stats(now=2999.0, window_s=100, min_samples=1)
+    assert last_100s.n == 100
+    assert last_100s.rate == pytest.approx(1.0)
+    five_min = counts.stats(now=2999.0, window_s=300, min_samples=1)
+    assert five_min.n == 300
+    assert five_min.rate == pytest.approx(100 / 300)
+    # Long after the last observation the window is empty again.
+    assert counts.stats(now=4000.0, window_s=300, min_samples=1).n == 0
+
+
+def test_format_window() -> None:
+    assert [format_window(s) for s in (300, 3600, 86400, 45, 90)] == [
+        "5m", "1h", "1d", "45s", "90s"]
+
+
+def test_average_run_length_closed_forms() -> None:
+    # Threshold one step away: the first bad outcome alarms, ARL = 1/p.
+    assert average_run_length(0.2, up=1, down=1, h=1) == pytest.approx(5.0)
+    # h = 2 with unit steps: L0 = (1 + p) / p^2.
+    p = 0.3
+    assert average_run_length(p, up=1, down=1, h=2) == pytest.approx((1 + p) / p**2)
+
+
+def test_average_run_length_matches_simulation() -> None:
+    design = design_cusum(0.2, 0.2, 500)
+    assert design is not None
+    rng = random.Random(1)
+    total = 0
+    runs = 4000
+    for _ in range(runs):
+        cusum = BernoulliCusum(design)
+        n = 0
+        while not cusum.alarm:
+            cusum.update(rng.random() < design.p0)
+            n += 1
+        total += n
+    # The exact ARL0 of the chain; the simulated mean is within ~3 standard errors.
+    assert total / runs == pytest.approx(design.arl0, rel=0.06)
+
+
+def test_design_meets_target_with_the_smallest_threshold() -> None:
+    design = design_cusum(0.05, 0.10, 100_000)
+    assert design is not None
+    assert design.arl0 >= 100_000
+    assert average_run_length(design.p0, design.up, design.down, design.h - 1) < 100_000
+    # After the shift it alarms in a few hundred observations, not tens of thousands.
+    assert average_run_length(design.p1, design.up, design.down, design.h) < 300
+    # The LLR steps are approximated by integers within a few percent.
+    exact = math.log(design.p1 / design.p0) / math.log((1 - design.p0) / (1 - design.p1))
+    assert design.up / design.down == pytest.approx(exact, rel=0.06)
+    # Wald's bound: the threshold never exceeds log(ARL0).
+    assert design.threshold <= math.log(100_000) + design.unit
+
+
+def test_design_needs_room_for_the_shift() -> None:
+    assert design_cusum(0.95, 0.10, 1e5) is None
+    assert design_cusum(0.0, 0.10, 1e5) is not None  # a clean baseline is clamped, not 0
+
+
+def _settings(**kw: object) -> DriftSettings:
+    base: dict[str, object] = {"warmup_samples": 200, "min_detect_samples": 20,
+                               "arl0": 1e5, "windows_s": [60], "bucket_s": 1}
+    base.update(kw)
+    return DriftSettings.model_validate(base)
+
+
+def test_detector_learns_baseline_then_fires_and_resolves_with_hysteresis() -> None:
+    rng = random.Random(3)
+    det = Detector("pass_rate_drop", "r", "e", _settings(), 0.10)
+    t = 0.0
+    for _ in range(200):
+        det.observe(rng.random() < 0.05, t)
+        t += 1
+    assert det.baseline_bad is not None
+    assert det.baseline_bad == pytest.approx(0.05, abs=0.04)
+    assert det.design is not None
+    for _ in range(3000):  # in control: no alarm (ARL0 1e5)
+        det.observe(rng.random() < 0.05, t)
+        t += 1
+    assert not det.firing
+    assert det.pending == []
+    change = t
+    while not det.firing:  # failures jump to 30%
+        det.observe(rng.random() < 0.30, t)
+        t += 1
+    assert det.pending[0].state == "firing"
+    assert 0 < det.pending[0].at - change < 300
+    # One good outcome does not resolve it (hysteresis) ...
+    det.observe(False, t)
+    assert det.firing
+    # ... a recovery does, and the statistic stays capped so that happens in bounded time.
+    recovered = t
+    while det.firing:
+        det.observe(rng.random() < 0.05, t)
+        t += 1
+    assert det.pending[-1].state == "resolved"
+    assert t - recovered < 1000
+
+
+def test_detector_respects_min_samples_and_configured_baseline() -> None:
+    det = Detector("pass_rate_drop", "r", "e", _settings(min_detect_samples=100), 0.10,
+                   baseline_bad=0.05)
+    assert det.design is not None  # armed without warm-up
+    for i in range(99):
+        det.observe(True, float(i))  # every evaluation fails
+    assert not det.firing  # but fewer than min_detect_samples seen
+    det.observe(True, 99.0)
+    assert det.firing
+
+
+def test_detector_resolves_when_stale() -> None:
+    det = Detector("pass_rate_drop", "r", "e", _settings(stale_after_s=60), 0.10,
+                   baseline_bad=0.05)
+    for i in range(100):
+        det.observe(True, float(i))
+    assert det.firing
+    det.check_stale(120.0)
+    assert det.firing
+    det.check_stale(200.0)
+    assert not det.firing
+    assert det.pending[-1].stale
+
+
+def test_settings_reject_bad_values() -> None:
+    with pytest.raises(ValueError, match="strictly between 0 and 1"):
+        DriftSettings(baselines={"r/e": 1.0})
+    with pytest.raises(ValueError, match="multiple of bucket_s"):
+        DriftSettings(windows_s=[305], bucket_s=10)

@@ -1,0 +1,128 @@
+"""The drift engine: which results count, label-share detection, alert contents."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
+
+import pytest
+
+from evalstream.config.drift import DriftSettings
+from evalstream.drift import DriftEngine
+from evalstream.events import EvalResult
+
+
+def result(passed: bool | None, *, route: str = "chat", evaluator: str = "refusal",
+           label: str | None = None, status: str = "ok", rate: float = 1.0) -> EvalResult:
+    return EvalResult.model_validate({
+        "result_id": "x", "event_id": "e", "trace_id": "t", "route": route,
+        "evaluator": evaluator, "passed": passed, "label": label, "status": status,
+        "sample_rate": rate,
+    })
+
+
+SETTINGS = DriftSettings(warmup_samples=200, min_detect_samples=20, arl0=1e5,
+                         windows_s=[60, 600], bucket_s=1, min_samples=30)
+
+
+def test_errors_and_verdictless_results_do_not_count() -> None:
+    engine = DriftEngine(SETTINGS)
+    for i in range(100):
+        engine.observe(result(None, status="error"), float(i))
+        engine.observe(result(None), float(i))
+    assert list(engine.pass_rates(100.0)) == []
+    assert list(engine.detectors()) == []
+    for i in range(40):
+        engine.observe(result(True), 100.0 + i * 0.5)
+    rates = {w: s for _, _, w, s in engine.pass_rates(120.0)}
+    assert rates["1m"].n == 40
+    assert rates["1m"].rate == pytest.approx(1.0)
+
+
+def test_pass_rate_drop_alert_fires_and_resolves_with_all_fields() -> None:
+    rng = random.Random(5)
+    engine = DriftEngine(SETTINGS)
+    t = 1_700_000_000.0
+    for _ in range(600):  # warm-up and a quiet period at 95%
+        engine.observe(result(rng.random() < 0.95), t)
+        t += 0.5
+    assert engine.drain_alerts(t) == []
+    while not any(d.firing for d in engine.detectors()):
+        engine.observe(result(rng.random() < 0.40), t)
+        t += 0.5
+    for _ in range(120):  # let the 1-minute window fill with the bad period
+        engine.observe(result(rng.random() < 0.40), t)
+        t += 0.5
+    [firing] = engine.drain_alerts(t)
+    assert firing.state == "firing"
+    assert (firing.route, firing.evaluator, firing.kind) == ("chat", "refusal",
+                                                             "pass_rate_drop")
+    assert firing.baseline == pytest.approx(0.95, abs=0.04)
+    assert firing.current is not None
+    assert firing.current < 0.8
+    assert firing.interval is not None
+    assert firing.interval[0] <= firing.current <= firing.interval[1]
+    assert firing.n >= 30
+    assert firing.statistic is not None
+    assert firing.threshold is not None
+    assert firing.statistic >= firing.threshold
+    assert firing.first_seen.tzinfo is UTC
+    assert firing.first_seen <= firing.at
+    assert firing.severity == "critical"  # 40% is far below 95% - 20 points
+    assert "pass rate of refusal on route chat dropped" in firing.summary
+    assert engine.drain_alerts(t) == []  # drained once
+    while any(d.firing for d in engine.detectors()):
+        engine.observe(result(rng.random() < 0.95), t)
+        t += 0.5
+    [resolved] = engine.drain_alerts(t)
+    assert resolved.state == "resolved"
+    assert resolved.alert_id == firing.alert_id
+    assert resolved.first_seen == firing.first_seen
+    assert resolved.at > firing.at
+    assert resolved.at == datetime.fromtimestamp(resolved.at.timestamp(), UTC)
+
+
+def test_off_topic_share_spike_fires_label_share_alert() -> None:
+    rng = random.Random(8)
+    engine = DriftEngine(SETTINGS)
+    topics = ["billing", "shipping", "returns"]
+    t = 0.0
+    for _ in range(500):
+        label = "other" if rng.random() < 0.05 else rng.choice(topics)
+        engine.observe(result(None, evaluator="topic", label=label), t)
+        t += 0.25
+    assert engine.drain_alerts(t) == []
+    for _ in range(400):  # a third of conversations go off-topic
+        label = "other" if rng.random() < 0.35 else rng.choice(topics)
+        engine.observe(result(None, evaluator="topic", label=label), t)
+        t += 0.25
+    alerts = engine.drain_alerts(t)
+    assert [a.kind for a in alerts] == ["label_share"]
+    alert = alerts[0]
+    assert alert.evaluator == "topic"
+    assert alert.baseline == pytest.approx(0.05, abs=0.04)
+    assert alert.current is not None
+    assert alert.current > 0.2
+    assert "share of label 'other'" in alert.summary
+
+
+def test_unwatched_labels_are_ignored_and_other_routes_are_separate() -> None:
+    engine = DriftEngine(SETTINGS)
+    for i in range(300):
+        engine.observe(result(True, evaluator="refusal", label="refused"), float(i))
+        engine.observe(result(i % 2 == 0, route="rag"), float(i))
+    kinds = sorted((d.route, d.kind) for d in engine.detectors())
+    assert kinds == [("chat", "pass_rate_drop"), ("rag", "pass_rate_drop")]
+    rates = {(r, w): s.rate for r, _, w, s in engine.pass_rates(299.0)}
+    assert rates[("chat", "1m")] == pytest.approx(1.0)
+    assert rates[("rag", "1m")] == pytest.approx(0.5)
+
+
+def test_configured_baseline_per_route_and_evaluator() -> None:
+    settings = SETTINGS.model_copy(update={"baselines": {"chat/refusal": 0.9, "refusal": 0.8}})
+    engine = DriftEngine(settings)
+    engine.observe(result(True), 0.0)
+    engine.observe(result(True, route="rag"), 0.0)
+    baselines = {d.route: d.baseline_bad for d in engine.detectors()}
+    assert baselines["chat"] == pytest.approx(0.1)
+    assert baselines["rag"] == pytest.approx(0.2)
