@@ -65,6 +65,8 @@ class WorkerSettings(_Section):
     commit_interval_s: float = Field(default=1.0, gt=0)
     #: "first": the first matching route only; "all": every matching route.
     routing: Literal["first", "all"] = "first"
+    #: Messages with a larger value are dead-lettered (reason ``too_large``) undecoded.
+    max_message_bytes: int = Field(default=1_048_576, ge=1)
 
 
 class ServerSettings(_Section):
@@ -110,6 +112,9 @@ class Settings(BaseSettings):
     server: ServerSettings = Field(default_factory=ServerSettings)
     drift: DriftSettings = Field(default_factory=DriftSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    #: Python modules imported at start-up, before evaluators are built, so that they can
+    #: register user-defined evaluators (``@evalstream.evaluators.register``).
+    plugins: list[str] = Field(default_factory=list)
 
     @classmethod
     def settings_customise_sources(

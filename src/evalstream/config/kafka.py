@@ -46,6 +46,32 @@ class KafkaSettings(_Section):
             raise ValueError("sasl_mechanism is required when security_protocol is SASL_*")
         return self
 
+    def client_options(self) -> dict[str, Any]:
+        """Connection and security keyword arguments shared by aiokafka consumers/producers.
+
+        ``extra`` is merged last so anything aiokafka accepts can be set from the config.
+        """
+        options: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap_servers,
+            "client_id": self.client_id,
+            "security_protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism is not None:
+            options["sasl_mechanism"] = self.sasl_mechanism
+            options["sasl_plain_username"] = self.sasl_username
+            options["sasl_plain_password"] = self.password()
+        if self.security_protocol in ("SSL", "SASL_SSL"):
+            import ssl  # noqa: PLC0415 - only TLS deployments need it
+
+            context = ssl.create_default_context(
+                cafile=str(self.ssl_cafile) if self.ssl_cafile else None)
+            if self.ssl_certfile is not None:
+                context.load_cert_chain(
+                    str(self.ssl_certfile), str(self.ssl_keyfile) if self.ssl_keyfile else None)
+            options["ssl_context"] = context
+        options.update(self.extra)
+        return options
+
     def password(self) -> str | None:
         """The SASL password, from the environment-provided value or the file."""
         if self.sasl_password is not None:

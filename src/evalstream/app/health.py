@@ -1,0 +1,102 @@
+"""A tiny HTTP server for Kubernetes probes and Prometheus scrapes.
+
+``/metrics`` (Prometheus text format), ``/healthz`` (the process is alive and its loop
+responds) and ``/readyz`` (connected to Kafka with partitions assigned). It runs on the
+worker's event loop with ``asyncio.start_server``: three GET endpoints do not justify a
+web framework dependency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from evalstream.logging import get_logger
+
+__all__ = ["HealthServer"]
+
+log = get_logger(__name__)
+
+_READ_TIMEOUT_S = 5.0
+_MAX_REQUEST_BYTES = 16_384
+_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+
+
+class HealthServer:
+    """Serves /metrics, /healthz and /readyz.
+
+    Args:
+        host: Interface to bind.
+        port: Port to bind (0 picks a free one; see :attr:`port`).
+        registry: The registry /metrics exposes.
+        is_ready: Whether the worker is ready (connected and assigned partitions).
+    """
+
+    def __init__(self, host: str, port: int, registry: CollectorRegistry,
+                 is_ready: Callable[[], bool]) -> None:
+        self._host = host
+        self._port = port
+        self._registry = registry
+        self._is_ready = is_ready
+        self._server: asyncio.Server | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful when configured as 0)."""
+        if self._server is None or not self._server.sockets:
+            return self._port
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        """Bind and start serving."""
+        self._server = await asyncio.start_server(self._handle, self._host, self._port)
+
+    async def stop(self) -> None:
+        """Stop serving."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 2.0)
+
+    def _respond(self, method: str, path: str) -> tuple[int, str, bytes]:
+        if method not in ("GET", "HEAD"):
+            return 405, "text/plain", b"method not allowed\n"
+        path = path.split("?", 1)[0]
+        if path == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, generate_latest(self._registry)
+        if path == "/healthz":
+            return 200, "text/plain", b"ok\n"
+        if path == "/readyz":
+            if self._is_ready():
+                return 200, "text/plain", b"ready\n"
+            return 503, "text/plain", b"not ready\n"
+        return 404, "text/plain", b"not found\n"
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT_S)
+            if len(head) > _MAX_REQUEST_BYTES:
+                return
+            request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+            parts = request_line.split(" ")
+            if len(parts) != 3:
+                return
+            method, path = parts[0], parts[1]
+            status, content_type, body = self._respond(method, path)
+            header = (f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
+                      f"Content-Type: {content_type}\r\n"
+                      f"Content-Length: {len(body)}\r\n"
+                      "Connection: close\r\n\r\n").encode("latin-1")
+            writer.write(header if method == "HEAD" else header + body)
+            await writer.drain()
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+                ConnectionError):
+            pass  # a probe that hung up or sent garbage; nothing to answer
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()

@@ -1,0 +1,107 @@
+"""Per-partition commit watermarks for out-of-order completion (DESIGN §4).
+
+Messages of a partition arrive in offset order but their evaluations finish in any order.
+Each tracked offset carries a count of outstanding pieces of work (evaluations whose
+results are not yet acknowledged, a dead letter not yet acknowledged). The committable
+position of a partition is the lowest offset still outstanding, or one past the last
+tracked offset when nothing is outstanding, so a commit never covers unfinished work.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+__all__ = ["TP", "OffsetTracker"]
+
+#: (topic, partition)
+TP = tuple[str, int]
+
+
+class _Partition:
+    __slots__ = ("committed", "end", "order", "remaining")
+
+    def __init__(self) -> None:
+        self.order: deque[int] = deque()
+        self.remaining: dict[int, int] = {}
+        self.end: int | None = None
+        self.committed: int | None = None
+
+    def position(self) -> int | None:
+        return self.order[0] if self.order else self.end
+
+
+class OffsetTracker:
+    """Tracks outstanding work per offset and yields the offsets safe to commit."""
+
+    def __init__(self) -> None:
+        self._parts: dict[TP, _Partition] = {}
+        self._outstanding = 0
+
+    @property
+    def outstanding(self) -> int:
+        """Pieces of work started and not yet done, over every partition."""
+        return self._outstanding
+
+    def assign(self, tps: Iterable[TP]) -> None:
+        """Start tracking these partitions (fresh state)."""
+        for tp in tps:
+            self._parts[tp] = _Partition()
+
+    def revoke(self, tps: Iterable[TP]) -> None:
+        """Forget these partitions; work still finishing for them is ignored."""
+        for tp in tps:
+            part = self._parts.pop(tp, None)
+            if part is not None:
+                self._outstanding -= sum(part.remaining.values())
+
+    def is_assigned(self, tp: TP) -> bool:
+        """Whether ``tp`` is tracked (records of revoked partitions are dropped)."""
+        return tp in self._parts
+
+    def track(self, tp: TP, offset: int, pending: int) -> None:
+        """Record that ``offset`` was taken with ``pending`` pieces of work (0: complete)."""
+        part = self._parts.get(tp)
+        if part is None:
+            part = self._parts[tp] = _Partition()
+        part.end = offset + 1
+        if pending <= 0 and not part.order:
+            return
+        part.order.append(offset)
+        part.remaining[offset] = pending
+        self._outstanding += pending
+
+    def done(self, tp: TP, offset: int) -> None:
+        """One piece of work of ``offset`` is complete (acknowledged)."""
+        part = self._parts.get(tp)
+        if part is None or offset not in part.remaining:
+            return  # the partition was revoked meanwhile
+        part.remaining[offset] -= 1
+        self._outstanding -= 1
+        order, remaining = part.order, part.remaining
+        while order and remaining[order[0]] <= 0:
+            del remaining[order.popleft()]
+
+    def pending(self, tps: Iterable[TP] | None = None) -> int:
+        """Outstanding work in ``tps`` (all partitions when None)."""
+        if tps is None:
+            return self._outstanding
+        return sum(sum(self._parts[tp].remaining.values()) for tp in tps if tp in self._parts)
+
+    def committable(self, tps: Iterable[TP] | None = None) -> dict[TP, int]:
+        """Positions that advanced past the last commit (next offset to consume)."""
+        out: dict[TP, int] = {}
+        items = self._parts.items() if tps is None else (
+            (tp, self._parts[tp]) for tp in tps if tp in self._parts)
+        for tp, part in items:
+            position = part.position()
+            if position is not None and position != part.committed:
+                out[tp] = position
+        return out
+
+    def committed(self, offsets: dict[TP, int]) -> None:
+        """Record that ``offsets`` were committed."""
+        for tp, position in offsets.items():
+            part = self._parts.get(tp)
+            if part is not None:
+                part.committed = position

@@ -1,0 +1,291 @@
+"""One event through sampling, routing and the evaluators of its route(s).
+
+The pipeline is transport-free: the streaming worker and the offline ``evalstream eval``
+both drive it. The worker splits the work in two steps so it can bound concurrency per
+evaluation: :meth:`Pipeline.plan` (pure, synchronous: sampling and routing, skips counted)
+and :meth:`Pipeline.run` (one evaluator on one event, never raises for content).
+:meth:`Pipeline.evaluate` does both for callers that do not need the split.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from evalstream.config import EvaluatorSpec, Route, Settings
+from evalstream.errors import ConfigError, JudgeError, SkipEvaluation
+from evalstream.evaluators import registry
+from evalstream.evaluators.base import Evaluator, Score
+from evalstream.events import EvalResult, TraceEvent, result_id, utcnow
+from evalstream.judges.base import Judge
+from evalstream.logging import get_logger
+from evalstream.metrics import LabelSet, Metrics
+from evalstream.routing import Router
+from evalstream.sampling import Sampler
+
+__all__ = ["Pipeline", "Planned", "load_plugins"]
+
+log = get_logger(__name__)
+
+#: Outcomes of one evaluation in ``evalstream_evaluations_total``.
+OUTCOMES = ("passed", "failed", "labelled", "error", "skipped")
+_MAX_ERROR_CHARS = 500
+
+
+def load_plugins(modules: Sequence[str]) -> None:
+    """Import user modules that register evaluators (``plugins:`` in the config).
+
+    Raises:
+        ConfigError: a module cannot be imported (the message names it).
+    """
+    for i, name in enumerate(modules):
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # any import failure is a configuration problem
+            raise ConfigError(f"plugins.{i}: cannot import {name!r}: "
+                              f"{type(exc).__name__}: {exc}") from exc
+
+
+@dataclass(slots=True)
+class _Bound:
+    """One configured evaluator with its metric children bound once (hot path)."""
+
+    route: str
+    label: str
+    evaluator: Evaluator[Any]
+    #: The evaluator config that goes into ``result_id``.
+    config: dict[str, Any]
+    labels: LabelSet
+    outcomes: dict[str, Any]
+    weighted: dict[str, Any]
+    score_hist: Any
+    seconds: Any
+
+
+@dataclass(slots=True)
+class _RouteRuntime:
+    route: Route
+    evaluators: tuple[_Bound, ...]
+    sampled: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """One evaluation to run: an evaluator of a route, at the rate the event was sampled."""
+
+    bound: _Bound
+    sample_rate: float
+
+    @property
+    def route(self) -> str:
+        """The route's name."""
+        return self.bound.route
+
+    @property
+    def evaluator(self) -> str:
+        """The evaluator's label."""
+        return self.bound.label
+
+
+class Pipeline:
+    """Sampling + routing + evaluators, built once from the settings.
+
+    Args:
+        settings: The configuration.
+        judges: Judges by name (``build_judges``); must include every judge a route names.
+        metrics: Where counts, scores and latencies go.
+
+    Raises:
+        ConfigError: an evaluator is unknown or its params are invalid (naming the field).
+    """
+
+    def __init__(self, settings: Settings, judges: Mapping[str, Judge], metrics: Metrics) -> None:
+        load_plugins(settings.plugins)
+        self.settings = settings
+        self.metrics = metrics
+        self._sampler = Sampler(settings.sampling)
+        self._router = Router(settings.routes, settings.worker.routing)
+        self._routes = tuple(
+            self._build_route(ri, route, judges, metrics)
+            for ri, route in enumerate(settings.routes)
+        )
+        self._skip_sampling = metrics.events_skipped.labels("sampling")
+        self._skip_no_route = metrics.events_skipped.labels("no_route")
+        self._skip_counters: dict[str, Any] = {}
+
+    @staticmethod
+    def _build_route(ri: int, route: Route, judges: Mapping[str, Judge],
+                     metrics: Metrics) -> _RouteRuntime:
+        bound = []
+        for ei, spec in enumerate(route.evaluators):
+            where = f"routes[{ri}] ({route.name}) evaluators[{ei}]"
+            evaluator = registry.create(spec, judges, where=where)
+            bound.append(_bind(route.name, spec, evaluator, metrics))
+        return _RouteRuntime(route, tuple(bound), metrics.events_sampled.labels(route.name))
+
+    @property
+    def evaluators(self) -> list[Evaluator[Any]]:
+        """Every configured evaluator instance, in route order."""
+        return [b.evaluator for r in self._routes for b in r.evaluators]
+
+    def plan(self, event: TraceEvent, topic: str) -> list[Planned]:
+        """The evaluations ``event`` gets: sampled routes' evaluators. Counts skips.
+
+        An event that matches no route is skipped as ``no_route``; one whose every matching
+        route left it out by sampling is skipped as ``sampling``.
+        """
+        chosen = self._router.route(event, topic)
+        if not chosen:
+            self._skip_no_route.inc()
+            return []
+        fraction = self._sampler.fraction(event)
+        planned: list[Planned] = []
+        for index in chosen:
+            runtime = self._routes[index]
+            rate = self._sampler.rate_for(runtime.route.sample_rate)
+            if fraction < rate:
+                runtime.sampled.inc()
+                planned.extend(Planned(b, rate) for b in runtime.evaluators)
+        if not planned:
+            self._skip_sampling.inc()
+        return planned
+
+    async def run(self, event: TraceEvent, planned: Planned) -> EvalResult | None:
+        """Run one evaluation. Never raises for content: failures become error results.
+
+        Returns:
+            The result, or None when the evaluator skipped the event (counted by reason).
+        """
+        bound = planned.bound
+        started = time.perf_counter()
+        try:
+            score = await bound.evaluator.evaluate(event)
+        except SkipEvaluation as skip:
+            self._count_skip(skip.reason)
+            bound.outcomes["skipped"].inc()
+            return None
+        except JudgeError as exc:
+            return self._error(event, planned, f"judge: {exc}")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # an evaluator bug must not stop the worker
+            log.warning("evaluator_failed", route=bound.route, evaluator=bound.label,
+                        error_type=type(exc).__name__)
+            return self._error(event, planned, f"{type(exc).__name__}: {exc}")
+        finally:
+            bound.seconds.observe(time.perf_counter() - started)
+        try:
+            result = self._result(event, planned, score)
+        except ValidationError as exc:
+            # e.g. a score outside 0..1: report it as the evaluator's error, not a crash.
+            fields = ", ".join(".".join(map(str, e["loc"])) for e in exc.errors())
+            return self._error(event, planned, f"invalid score fields: {fields}")
+        self._record(planned, result)
+        return result
+
+    async def evaluate(self, event: TraceEvent, *, topic: str) -> list[EvalResult]:
+        """Sample, route and run every evaluator the event gets, concurrently."""
+        planned = self.plan(event, topic)
+        if not planned:
+            return []
+        results = await asyncio.gather(*(self.run(event, p) for p in planned))
+        return [r for r in results if r is not None]
+
+    async def aclose(self) -> None:
+        """Release what the evaluators hold."""
+        for evaluator in self.evaluators:
+            await evaluator.aclose()
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _count_skip(self, reason: str) -> None:
+        counter = self._skip_counters.get(reason)
+        if counter is None:
+            counter = self._skip_counters[reason] = self.metrics.events_skipped.labels(reason)
+        counter.inc()
+
+    def _result(self, event: TraceEvent, planned: Planned, score: Score) -> EvalResult:
+        bound = planned.bound
+        return EvalResult(
+            result_id=result_id(event.event_id, bound.label, bound.config),
+            event_id=event.event_id,
+            trace_id=event.trace_id,
+            span_id=event.span_id,
+            session_id=event.session_id,
+            app=event.app,
+            route=bound.route,
+            evaluator=bound.label,
+            score=score.score,
+            label=score.label,
+            passed=score.passed,
+            threshold=score.threshold,
+            confidence=score.confidence,
+            probabilities=score.probabilities,
+            raw_score=score.raw_score,
+            details=score.details,
+            reason=score.reason,
+            judge=score.judge,
+            sample_rate=planned.sample_rate,
+            event_time=event.timestamp,
+        )
+
+    def _error(self, event: TraceEvent, planned: Planned, error: str) -> EvalResult:
+        bound = planned.bound
+        bound.outcomes["error"].inc()
+        bound.weighted["error"].inc(1.0 / planned.sample_rate)
+        return EvalResult(
+            result_id=result_id(event.event_id, bound.label, bound.config),
+            event_id=event.event_id,
+            trace_id=event.trace_id,
+            span_id=event.span_id,
+            session_id=event.session_id,
+            app=event.app,
+            route=bound.route,
+            evaluator=bound.label,
+            status="error",
+            error=error[:_MAX_ERROR_CHARS],
+            sample_rate=planned.sample_rate,
+            event_time=event.timestamp,
+        )
+
+    def _record(self, planned: Planned, result: EvalResult) -> None:
+        bound = planned.bound
+        passed = result.passed
+        outcome = "labelled" if passed is None else ("passed" if passed else "failed")
+        bound.outcomes[outcome].inc()
+        bound.weighted[outcome].inc(1.0 / planned.sample_rate)
+        if result.score is not None:
+            bound.score_hist.observe(result.score)
+        if result.label is not None and type(bound.evaluator).is_label_evaluator:
+            self.metrics.labels.labels(bound.route, bound.label,
+                                       bound.labels(result.label)).inc()
+        if result.event_time is not None:
+            lag = (utcnow() - _aware(result.event_time)).total_seconds()
+            self.metrics.end_to_end_lag.observe(max(0.0, lag))
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],
+          metrics: Metrics) -> _Bound:
+    label = spec.label
+    return _Bound(
+        route=route,
+        label=label,
+        evaluator=evaluator,
+        config=spec.model_dump(mode="json"),
+        labels=LabelSet(evaluator.labels()),
+        outcomes={o: metrics.evaluations.labels(route, label, o) for o in OUTCOMES},
+        weighted={o: metrics.evaluations_weighted.labels(route, label, o) for o in OUTCOMES},
+        score_hist=metrics.scores.labels(route, label),
+        seconds=metrics.evaluation_seconds.labels(label),
+    )

@@ -1,0 +1,536 @@
+"""The streaming worker: consume, decode, sample, evaluate, publish, commit (DESIGN §1, §4).
+
+Lifecycle (``Worker.run``): connect the sink, then the source, then the HTTP server; run
+the consume loop, the commit loop and the observers until stopped; then stop in three
+steps: end intake, drain in-flight work up to ``worker.shutdown_timeout_s``, flush the
+producer and commit, and close everything in reverse order.
+
+Delivery is at-least-once. A message's offset completes when every result of it (or its
+dead letter) has been acknowledged by the broker, or when it produced no work (skipped);
+commits go only up to the lowest incomplete offset per partition (``OffsetTracker``).
+In-flight evaluations are bounded by a semaphore of ``worker.max_in_flight`` slots; when
+none is free the consumer pauses its partitions instead of buffering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import os
+import signal
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import structlog
+from prometheus_client import CollectorRegistry
+
+from evalstream import __version__
+from evalstream.app.health import HealthServer
+from evalstream.app.observers import ResultObserver
+from evalstream.app.offsets import TP, OffsetTracker
+from evalstream.app.pipeline import Pipeline, Planned
+from evalstream.config import Settings
+from evalstream.errors import DecodeError, SinkError, SourceError
+from evalstream.events import Alert, EvalResult, RawRecord, TraceEvent
+from evalstream.formats import Decoder, decoder_for
+from evalstream.judges.base import Judge
+from evalstream.judges.registry import build_judges, close_judges
+from evalstream.logging import get_logger
+from evalstream.metrics import Metrics
+from evalstream.sinks.base import Sink
+from evalstream.sinks.kafka import KafkaSink
+from evalstream.sources.base import Source
+from evalstream.sources.kafka import KafkaSource
+
+__all__ = ["Worker", "install_signal_handlers", "run_worker"]
+
+log = get_logger(__name__)
+
+_POLL_TIMEOUT_S = 0.5
+_LAG_INTERVAL_S = 5.0
+_DEAD_LETTER_CONCURRENCY = 64
+_EXIT_FORCED = 130
+
+
+def _drift_observer(settings: Settings, metrics: Metrics) -> ResultObserver | None:
+    """The drift monitor (``app.monitor``), when enabled and installed."""
+    if not settings.drift.enabled:
+        return None
+    try:
+        module = importlib.import_module("evalstream.app.monitor")
+    except ModuleNotFoundError as exc:
+        if exc.name != "evalstream.app.monitor":
+            raise
+        return None
+    observer: ResultObserver | None = module.build_monitor(settings, metrics)
+    return observer
+
+
+class Worker:
+    """One worker process's streaming loop. Usable in-process (tests, the demo).
+
+    Everything that can fail on configuration (judges, evaluators, decoders) is built in
+    the constructor, so a bad config raises ``ConfigError`` before any connection is made.
+
+    Args:
+        settings: The configuration.
+        registry: Prometheus registry for the metrics (a fresh one when None).
+        metrics: An existing metrics container (overrides ``registry``).
+        judges: Judges by name; built from ``settings.judges`` when None (and then closed
+            by the worker).
+        source: Where messages come from; a Kafka consumer group when None.
+        sink: Where outputs go; a Kafka producer when None.
+        observers: Extra result observers (the drift monitor is added when enabled).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        registry: CollectorRegistry | None = None,
+        metrics: Metrics | None = None,
+        judges: Mapping[str, Judge] | None = None,
+        source: Source | None = None,
+        sink: Sink | None = None,
+        observers: Sequence[ResultObserver] = (),
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics if metrics is not None else Metrics(registry)
+        self.metrics.build_info.info({"version": __version__})
+        self._own_judges = judges is None
+        self.judges: dict[str, Judge] = (
+            dict(judges) if judges is not None else build_judges(settings.judges, self.metrics))
+        self.pipeline = Pipeline(settings, self.judges, self.metrics)
+        self._decoders: dict[str, Decoder] = {t.topic: decoder_for(t) for t in settings.inputs}
+        self._decoded = {t.topic: self.metrics.events_decoded.labels(t.format)
+                         for t in settings.inputs}
+        self._consumed = {t.topic: self.metrics.messages_consumed.labels(t.topic)
+                          for t in settings.inputs}
+        self.source: Source = source if source is not None else KafkaSource(
+            settings.kafka, [t.topic for t in settings.inputs])
+        self.sink: Sink = sink if sink is not None else KafkaSink(settings.kafka, settings.topics)
+        self.observers: list[ResultObserver] = list(observers)
+        monitor = _drift_observer(settings, self.metrics)
+        if monitor is not None:
+            self.observers.append(monitor)
+        self.health = HealthServer(settings.server.host, settings.server.port,
+                                   self.metrics.registry, self.is_ready)
+        self.tracker = OffsetTracker()
+
+        self._max_in_flight = settings.worker.max_in_flight
+        self._slots = asyncio.Semaphore(self._max_in_flight)
+        self._freed = asyncio.Event()
+        #: Set whenever a piece of work completes (revocation waits on it).
+        self._progress = asyncio.Event()
+        self._dl_slots = asyncio.Semaphore(_DEAD_LETTER_CONCURRENCY)
+        self._in_flight = 0
+        self._peak = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stop = asyncio.Event()
+        self._observers_stop = asyncio.Event()
+        self._commit_lock = asyncio.Lock()
+        self._generation = 0
+        self._paused = False
+        self._closing = False
+        self._started = False
+        self._fatal: BaseException | None = None
+        self._max_bytes = settings.worker.max_message_bytes
+        self._ok_published = self.metrics.results_published.labels("ok")
+        self._error_published = self.metrics.results_published.labels("error")
+
+    # --- public -----------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Evaluations started and not finished."""
+        return self._in_flight
+
+    @property
+    def in_flight_peak(self) -> int:
+        """The highest in-flight count seen."""
+        return self._peak
+
+    def is_ready(self) -> bool:
+        """Connected, partitions assigned, and not shutting down."""
+        return (self._started and not self._stop.is_set() and self.source.connected
+                and bool(self.source.assignment()))
+
+    def request_stop(self) -> None:
+        """Begin a graceful stop (safe to call from a signal handler, idempotent)."""
+        self._stop.set()
+
+    async def run(self, ready_event: asyncio.Event | None = None) -> int:
+        """Run until :meth:`request_stop`; return the process exit code (0 clean, 1 failed)."""
+        log.info("worker_starting", version=__version__,
+                 inputs=[t.topic for t in self.settings.inputs],
+                 routes=[r.name for r in self.settings.routes],
+                 max_in_flight=self._max_in_flight)
+        try:
+            await self.sink.start()
+            await self.source.start(self)
+            await self.health.start()
+        except (SourceError, SinkError, OSError) as exc:
+            log.error("worker_start_failed", error=str(exc))
+            await self._close()
+            return 1
+        self._started = True
+        background = [
+            asyncio.create_task(self._commit_loop(), name="commit"),
+            asyncio.create_task(self._lag_loop(), name="lag"),
+            asyncio.create_task(self._ready_loop(ready_event), name="ready"),
+        ]
+        observer_tasks = [
+            asyncio.create_task(self._run_observer(obs), name=f"observer-{i}")
+            for i, obs in enumerate(self.observers)
+        ]
+        consume = asyncio.create_task(self._consume(), name="consume")
+        consume.add_done_callback(self._consume_done)
+        log.info("worker_started", port=self.health.port)
+        await self._stop.wait()
+        code = await self._shutdown(consume, background, observer_tasks)
+        log.info("worker_stopped", exit_code=code)
+        return code
+
+    # --- rebalance (RebalanceHandler) ---------------------------------------------------
+
+    async def on_assigned(self, tps: Sequence[TP]) -> None:
+        """Track the new partitions; keep them paused while intake is paused."""
+        self._generation += 1
+        self.tracker.assign(tps)
+        if self._paused:
+            self.source.pause()
+        log.info("partitions_assigned", partitions=[f"{t}:{p}" for t, p in sorted(tps)])
+
+    async def on_revoked(self, tps: Sequence[TP]) -> None:
+        """Give in-flight work of ``tps`` a bounded time to finish, commit, forget them."""
+        self._generation += 1
+        if not self._closing:
+            deadline = min(self.settings.worker.shutdown_timeout_s,
+                           self.settings.kafka.session_timeout_ms / 2000)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._until_idle(tps), deadline)
+        abandoned = self.tracker.pending(tps)
+        await self._commit(tps)
+        self.tracker.revoke(tps)
+        log.info("partitions_revoked", partitions=[f"{t}:{p}" for t, p in sorted(tps)],
+                 abandoned=abandoned)
+
+    # --- intake -----------------------------------------------------------------------
+
+    async def _consume(self) -> None:
+        max_records = self.settings.kafka.max_poll_records
+        source = self.source
+        while True:
+            if self._slots.locked():
+                await self._wait_for_capacity()
+                continue
+            if self._paused:
+                self._set_paused(False)
+            records = await source.poll(_POLL_TIMEOUT_S, max_records)
+            if records:
+                await self._handle_batch(records)
+
+    async def _wait_for_capacity(self) -> None:
+        self._set_paused(True)
+        self._freed.clear()
+        if self._slots.locked():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._freed.wait(), 1.0)
+        # Partitions are paused, so this returns nothing, but it keeps the consumer polling
+        # (aiokafka leaves the group when it is not polled for max_poll_interval_ms).
+        records = await self.source.poll(0.0, 1)
+        if records:
+            await self._handle_batch(records)
+
+    def _set_paused(self, paused: bool) -> None:
+        if paused == self._paused:
+            return
+        self._paused = paused
+        if paused:
+            self.source.pause()
+            self.metrics.backpressure_pauses.inc()
+        else:
+            self.source.resume()
+        self.metrics.paused.set(1 if paused else 0)
+
+    async def _handle_batch(self, records: list[RawRecord]) -> None:
+        generation = self._generation
+        counts = Counter(r.topic for r in records) if len(self._consumed) > 1 else None
+        if counts is None:
+            self._consumed[records[0].topic].inc(len(records))
+        else:
+            for topic, n in counts.items():
+                self._consumed[topic].inc(n)
+        tracker = self.tracker
+        for record in records:
+            if generation != self._generation:
+                return  # a rebalance happened: the rest of this batch may be stale
+            tp = (record.topic, record.partition)
+            if tracker.is_assigned(tp):
+                await self._handle(record, tp)
+
+    async def _handle(self, record: RawRecord, tp: TP) -> None:
+        value = record.value
+        if value is not None and len(value) > self._max_bytes:
+            await self._dead_letter(record, tp, "too_large",
+                                    f"value of {len(value)} bytes exceeds "
+                                    f"worker.max_message_bytes={self._max_bytes}")
+            return
+        try:
+            decoded = self._decoders[record.topic](record)
+        except DecodeError as exc:
+            await self._dead_letter(record, tp, exc.reason, str(exc))
+            return
+        except Exception as exc:  # a decoder bug must not stop the worker
+            await self._dead_letter(record, tp, "decoder_error", type(exc).__name__)
+            return
+        if decoded.skipped:
+            for reason, n in decoded.skipped.items():
+                self.metrics.events_skipped.labels(reason).inc(n)
+        events = decoded.events
+        if not events:
+            self.tracker.track(tp, record.offset, 0)
+            return
+        self._decoded[record.topic].inc(len(events))
+        plan = self.pipeline.plan
+        if len(events) == 1:
+            event = events[0]
+            work = [(event, p) for p in plan(event, record.topic)]
+        else:
+            work = [(e, p) for e in events for p in plan(e, record.topic)]
+        self.tracker.track(tp, record.offset, len(work))
+        for event, planned in work:
+            await self._acquire()
+            task = asyncio.create_task(self._evaluate(tp, record.offset, event, planned))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _acquire(self) -> None:
+        if self._slots.locked():
+            self._set_paused(True)
+        await self._slots.acquire()
+        self._in_flight += 1
+        self.metrics.in_flight.set(self._in_flight)
+        if self._in_flight > self._peak:
+            self._peak = self._in_flight
+            self.metrics.in_flight_peak.set(self._peak)
+
+    def _release(self) -> None:
+        self._in_flight -= 1
+        self.metrics.in_flight.set(self._in_flight)
+        self._slots.release()
+        self._freed.set()
+
+    # --- work ---------------------------------------------------------------------------
+
+    async def _evaluate(self, tp: TP, offset: int, event: TraceEvent, planned: Planned) -> None:
+        try:
+            with structlog.contextvars.bound_contextvars(
+                    topic=tp[0], partition=tp[1], offset=offset, event_id=event.event_id):
+                result = await self.pipeline.run(event, planned)
+                if result is not None:
+                    await self._publish(result)
+        except SinkError as exc:
+            self._fail(exc)
+            return
+        finally:
+            self._release()
+        self.tracker.done(tp, offset)
+        self._progress.set()
+
+    async def _publish(self, result: EvalResult) -> None:
+        await self.sink.publish_result(result)
+        (self._ok_published if result.status == "ok" else self._error_published).inc()
+        for observer in self.observers:
+            try:
+                observer.observe(result)
+            except Exception:  # an observer bug must not lose the result's commit
+                log.exception("observer_failed", observer=type(observer).__name__)
+
+    async def _dead_letter(self, record: RawRecord, tp: TP, reason: str, error: str) -> None:
+        with structlog.contextvars.bound_contextvars(
+                topic=record.topic, partition=record.partition, offset=record.offset):
+            log.warning("dead_letter", reason=reason, error=error,
+                        size=len(record.value) if record.value is not None else None)
+        self.tracker.track(tp, record.offset, 1)
+        await self._dl_slots.acquire()
+        task = asyncio.create_task(self._publish_dead_letter(record, tp, reason, error))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _publish_dead_letter(self, record: RawRecord, tp: TP, reason: str,
+                                   error: str) -> None:
+        try:
+            await self.sink.publish_dead_letter(record, reason, error)
+        except SinkError as exc:
+            self._fail(exc)
+            return
+        finally:
+            self._dl_slots.release()
+        self.metrics.dead_letters.labels(reason).inc()
+        self.tracker.done(tp, record.offset)
+        self._progress.set()
+
+    async def _publish_alert(self, alert: Alert) -> None:
+        await self.sink.publish_alert(alert, f"{alert.route}/{alert.evaluator}")
+        self.metrics.alerts.labels(alert.route, alert.evaluator, alert.kind, alert.state).inc()
+
+    async def _run_observer(self, observer: ResultObserver) -> None:
+        try:
+            await observer.run(self._publish_alert, self._observers_stop)
+        except asyncio.CancelledError:
+            raise
+        except SinkError as exc:
+            self._fail(exc)
+        except Exception:
+            log.exception("observer_run_failed", observer=type(observer).__name__)
+
+    def _fail(self, exc: BaseException) -> None:
+        """Output cannot be made durable: stop (uncommitted work is redelivered later)."""
+        if self._fatal is None:
+            log.error("worker_failed", error=str(exc))
+            self._fatal = exc
+        self._stop.set()
+
+    def _consume_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self._fail(task.exception())  # type: ignore[arg-type]
+
+    # --- commits, lag, readiness ----------------------------------------------------------
+
+    async def _until_idle(self, tps: Sequence[TP] | None = None) -> None:
+        while self.tracker.pending(tps) > 0:
+            self._progress.clear()
+            await self._progress.wait()
+
+    async def _commit(self, tps: Sequence[TP] | None = None) -> None:
+        async with self._commit_lock:
+            offsets = self.tracker.committable(tps)
+            if not offsets:
+                return
+            try:
+                await self.source.commit(offsets)
+            except SourceError as exc:
+                self.metrics.commits.labels("error").inc()
+                log.warning("commit_failed", error=str(exc))
+                return
+            self.tracker.committed(offsets)
+            self.metrics.commits.labels("ok").inc()
+
+    async def _commit_loop(self) -> None:
+        interval = self.settings.worker.commit_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            await self._commit()
+
+    async def _lag_loop(self) -> None:
+        while True:
+            try:
+                for (topic, partition), lag in (await self.source.lag()).items():
+                    self.metrics.consumer_lag.labels(topic, str(partition)).set(lag)
+            except Exception as exc:  # lag is informational; never stop for it
+                log.debug("lag_failed", error=str(exc))
+            await asyncio.sleep(_LAG_INTERVAL_S)
+
+    async def _ready_loop(self, ready_event: asyncio.Event | None) -> None:
+        while True:
+            ready = self.is_ready()
+            self.metrics.ready.set(1 if ready else 0)
+            if ready and ready_event is not None:
+                ready_event.set()
+            await asyncio.sleep(0.05 if ready_event is not None and not ready else 1.0)
+
+    # --- shutdown -----------------------------------------------------------------------
+
+    async def _shutdown(self, consume: asyncio.Task[None], background: list[asyncio.Task[None]],
+                        observer_tasks: list[asyncio.Task[None]]) -> int:
+        log.info("worker_stopping", in_flight=self._in_flight)
+        self.metrics.ready.set(0)
+        # 1. End intake: nothing new is taken; what was taken and not started stays
+        #    uncommitted and is redelivered.
+        consume.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await consume
+        with contextlib.suppress(Exception):
+            self.source.pause()
+        # 2. Drain in-flight work up to the deadline.
+        timeout = self.settings.worker.shutdown_timeout_s
+        if self._tasks and self._fatal is None:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+            if pending:
+                log.warning("drain_timeout", abandoned=len(pending), timeout_s=timeout)
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+        self._observers_stop.set()
+        if observer_tasks:
+            _, late = await asyncio.wait(observer_tasks, timeout=5.0)
+            for task in late:
+                task.cancel()
+        # 3. Flush the producer, then commit what is durable.
+        if self._fatal is None:
+            try:
+                await self.sink.flush()
+            except Exception as exc:
+                self._fail(exc)
+        await self._commit()
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        await self._close()
+        return 0 if self._fatal is None else 1
+
+    async def _close(self) -> None:
+        self._closing = True
+        for task in list(self._tasks):
+            task.cancel()
+        for step in (self.source.stop, self.sink.stop, self.health.stop, self.pipeline.aclose):
+            try:
+                await step()
+            except Exception as exc:
+                log.warning("close_failed", step=getattr(step, "__qualname__", "?"),
+                            error=str(exc))
+        if self._own_judges:
+            with contextlib.suppress(Exception):
+                await close_judges(self.judges)
+
+
+def install_signal_handlers(worker: Worker) -> None:
+    """SIGTERM/SIGINT only set the worker's stop event; a second SIGINT exits at once."""
+    loop = asyncio.get_running_loop()
+    interrupts = 0
+
+    def on_sigint() -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts > 1:
+            # A second Ctrl-C means "now": skip the drain; uncommitted work is redelivered.
+            os._exit(_EXIT_FORCED)
+        worker.request_stop()
+
+    loop.add_signal_handler(signal.SIGTERM, worker.request_stop)
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+
+
+async def run_worker(settings: Settings, *, registry: CollectorRegistry | None = None,
+                     ready_event: asyncio.Event | None = None,
+                     handle_signals: bool = True, **worker_options: Any) -> int:
+    """Run a worker until SIGTERM/SIGINT (or a fatal output failure); return the exit code.
+
+    Args:
+        settings: The configuration.
+        registry: Prometheus registry (a fresh one when None).
+        ready_event: Set once the worker is connected and has partitions.
+        handle_signals: SIGTERM/SIGINT set the stop event (second SIGINT exits
+            at once). Only possible in the main thread.
+        **worker_options: Passed to :class:`Worker` (judges, source, sink, observers).
+
+    Raises:
+        ConfigError: the configuration is invalid (before anything connects).
+    """
+    worker = Worker(settings, registry=registry, **worker_options)
+    if handle_signals:
+        install_signal_handlers(worker)
+    return await worker.run(ready_event)

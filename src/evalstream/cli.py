@@ -1,0 +1,129 @@
+"""The command line: ``evalstream run | check-config | list-evaluators | eval | demo``.
+
+Every configuration problem (unreadable or unparseable YAML, unknown key, wrong type,
+missing field, unknown evaluator, bad evaluator params) exits with code 2 and a message
+naming the field, before anything connects. ``eval`` and ``demo`` are implemented in
+``evalstream.app.offline`` and ``evalstream.app.demo`` and imported only when used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from evalstream import __version__
+from evalstream.config import load_settings, masked_dump
+from evalstream.errors import ConfigError
+
+__all__ = ["EXIT_CONFIG", "main"]
+
+#: Exit code for any configuration error (the usage-error convention).
+EXIT_CONFIG = 2
+
+_DELEGATED = {
+    "eval": ("evalstream.app.offline", "score a JSONL file of events with the configured routes"),
+    "demo": ("evalstream.app.demo", "run a local broker, sample traffic and the worker"),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="evalstream", description="Online evaluation of LLM traces flowing through Kafka.")
+    parser.add_argument("--version", action="version", version=f"evalstream {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = sub.add_parser("run", help="run the streaming worker")
+    run.add_argument("--config", "-c", help="YAML config file (EVALSTREAM_* env vars override)")
+    check = sub.add_parser("check-config", help="validate a config and print it, secrets masked")
+    check.add_argument("config", help="YAML config file")
+    sub.add_parser("list-evaluators", help="list the available evaluators")
+    for name, (_, help_text) in _DELEGATED.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def _config_error(exc: ConfigError) -> int:
+    print(f"evalstream: configuration error: {exc}", file=sys.stderr)
+    return EXIT_CONFIG
+
+
+def _run(args: argparse.Namespace) -> int:
+    from evalstream.app.worker import run_worker
+    from evalstream.logging import configure_logging
+
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as exc:
+        return _config_error(exc)
+    configure_logging(settings.logging.level, settings.logging.format)
+    try:
+        # run_worker builds judges, evaluators and decoders before connecting anything, so
+        # a bad evaluator parameter fails here with code 2.
+        return asyncio.run(run_worker(settings))
+    except ConfigError as exc:
+        return _config_error(exc)
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    from evalstream.app.checks import check_settings
+
+    try:
+        settings = load_settings(args.config)
+        check_settings(settings)
+    except ConfigError as exc:
+        return _config_error(exc)
+    print(f"# {args.config}: valid. Effective configuration (secrets masked):")
+    print(yaml.safe_dump(masked_dump(settings), sort_keys=False, allow_unicode=True), end="")
+    return 0
+
+
+def _list_evaluators() -> int:
+    from evalstream.app.checks import describe_evaluators
+
+    rows = describe_evaluators()
+    width = max((len(name) for name, _ in rows), default=0)
+    for name, summary in rows:
+        print(f"{name.ljust(width)}  {summary}")
+    return 0
+
+
+def _delegate(command: str, argv: Sequence[str]) -> int:
+    module_name, help_text = _DELEGATED[command]
+    try:
+        module: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise
+        print(f"evalstream {command}: not available in this build", file=sys.stderr)
+        return 1
+    parser = argparse.ArgumentParser(prog=f"evalstream {command}", description=help_text)
+    add_arguments = getattr(module, "add_arguments", None)
+    if callable(add_arguments):
+        add_arguments(parser)
+    else:
+        parser.add_argument("rest", nargs=argparse.REMAINDER)
+    args = parser.parse_args(list(argv))
+    try:
+        return int(module.main(args))
+    except ConfigError as exc:
+        return _config_error(exc)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``evalstream`` script; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in _DELEGATED:
+        return _delegate(argv[0], argv[1:])
+    args = _parser().parse_args(argv)
+    if args.command == "run":
+        return _run(args)
+    if args.command == "check-config":
+        return _check_config(args)
+    if args.command == "list-evaluators":
+        return _list_evaluators()
+    return EXIT_CONFIG  # pragma: no cover - argparse rejects unknown commands itself

@@ -1,0 +1,34 @@
+"""Header names on published messages (shared by every sink so consumers can rely on them)."""
+
+from __future__ import annotations
+
+from evalstream.events import SCHEMA_VERSION, RawRecord
+
+__all__ = ["DLQ_ERROR", "DLQ_OFFSET", "DLQ_PARTITION", "DLQ_REASON", "DLQ_TOPIC",
+           "dead_letter_headers", "result_headers"]
+
+DLQ_REASON = "reason"
+DLQ_ERROR = "error"
+DLQ_TOPIC = "source_topic"
+DLQ_PARTITION = "source_partition"
+DLQ_OFFSET = "source_offset"
+_MAX_ERROR_BYTES = 1_000
+_SCHEMA = SCHEMA_VERSION.encode()
+
+
+def result_headers(route: str, evaluator: str) -> list[tuple[str, bytes]]:
+    """Headers of a result message: evaluator, route and schema version."""
+    return [("evaluator", evaluator.encode()), ("route", route.encode()),
+            ("schema_version", _SCHEMA)]
+
+
+def dead_letter_headers(record: RawRecord, reason: str, error: str) -> list[tuple[str, bytes]]:
+    """Headers naming why and where a dead letter came from; the original headers follow."""
+    return [
+        (DLQ_REASON, reason.encode()),
+        (DLQ_ERROR, error.encode("utf-8", "replace")[:_MAX_ERROR_BYTES]),
+        (DLQ_TOPIC, record.topic.encode()),
+        (DLQ_PARTITION, str(record.partition).encode()),
+        (DLQ_OFFSET, str(record.offset).encode()),
+        *record.headers,
+    ]

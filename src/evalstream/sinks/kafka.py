@@ -1,0 +1,120 @@
+"""The Kafka sink: one producer for results, dead letters and alerts.
+
+Every publish awaits the broker's acknowledgement (acks=all) before returning, so the
+worker only commits offsets for work that is durable. The idempotent producer stays off:
+the Tansu broker does not support it, and duplicates are harmless because results carry
+a deterministic ``result_id``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError
+
+from evalstream.config import KafkaSettings, TopicSettings
+from evalstream.errors import SinkError
+from evalstream.events import Alert, EvalResult, RawRecord, dump_json
+from evalstream.logging import get_logger
+from evalstream.sinks.headers import dead_letter_headers, result_headers
+
+__all__ = ["KafkaSink"]
+
+log = get_logger(__name__)
+
+
+class KafkaSink:
+    """Publishes to the configured results, dead-letter and alerts topics.
+
+    Args:
+        settings: Connection and producer settings.
+        topics: Output topic names.
+    """
+
+    def __init__(self, settings: KafkaSettings, topics: TopicSettings) -> None:
+        self._settings = settings
+        self._topics = topics
+        self._producer: AIOKafkaProducer | None = None
+
+    async def start(self) -> None:
+        """Connect the producer.
+
+        Raises:
+            SinkError: the broker cannot be reached.
+        """
+        s = self._settings
+        options: dict[str, Any] = {
+            "acks": "all",
+            "enable_idempotence": False,
+            "linger_ms": s.producer_linger_ms,
+            "compression_type": s.producer_compression,
+            "max_request_size": s.max_request_size,
+        }
+        options.update(s.client_options())
+        producer = AIOKafkaProducer(**options)
+        try:
+            await producer.start()
+        except KafkaError as exc:
+            await producer.stop()
+            raise SinkError(f"cannot connect producer to {s.bootstrap_servers}: {exc}") from exc
+        self._producer = producer
+
+    def _require(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            raise SinkError("the sink is not started")
+        return self._producer
+
+    async def _send(self, topic: str, value: bytes, key: bytes | None,
+                    headers: list[tuple[str, bytes]]) -> None:
+        producer = self._require()
+        try:
+            ack = await producer.send(topic, value=value, key=key, headers=headers)
+            await ack
+        except KafkaError as exc:
+            raise SinkError(f"publish to {topic} failed: {type(exc).__name__}: {exc}") from exc
+
+    async def publish_result(self, result: EvalResult) -> None:
+        """Publish one result; returns once acknowledged."""
+        await self._send(self._topics.results, dump_json(result), result.trace_id.encode(),
+                         result_headers(result.route, result.evaluator))
+
+    async def publish_dead_letter(self, record: RawRecord, reason: str, error: str) -> None:
+        """Publish the original bytes with the reason; returns once acknowledged.
+
+        A message too large for the producer is published without its value (headers
+        say so) rather than blocking its partition forever.
+        """
+        headers = dead_letter_headers(record, reason, error)
+        value = record.value or b""
+        producer = self._require()
+        try:
+            try:
+                ack = await producer.send(self._topics.dead_letter, value=value, key=record.key,
+                                          headers=headers)
+                await ack
+            except MessageSizeTooLargeError:
+                log.warning("dead_letter_truncated", size=len(value))
+                headers.append(("truncated_size", str(len(value)).encode()))
+                ack = await producer.send(self._topics.dead_letter, value=b"", key=record.key,
+                                          headers=headers)
+                await ack
+        except KafkaError as exc:
+            raise SinkError(f"dead letter publish failed: {type(exc).__name__}: {exc}") from exc
+
+    async def publish_alert(self, alert: Alert, key: str) -> None:
+        """Publish one alert (key = route/evaluator); returns once acknowledged."""
+        await self._send(self._topics.alerts, dump_json(alert), key.encode(),
+                         [("schema_version", alert.schema_version.encode()),
+                          ("state", alert.state.encode())])
+
+    async def flush(self) -> None:
+        """Wait for every pending send."""
+        if self._producer is not None:
+            await self._producer.flush()
+
+    async def stop(self) -> None:
+        """Flush and close the producer."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await producer.stop()

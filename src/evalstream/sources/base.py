@@ -1,0 +1,70 @@
+"""The source contract: batches of raw records in, commits and flow control out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from evalstream.events import RawRecord
+
+__all__ = ["TP", "RebalanceHandler", "Source"]
+
+#: (topic, partition)
+TP = tuple[str, int]
+
+
+class RebalanceHandler(Protocol):
+    """Told when partitions come and go, so work can be finished and committed in time."""
+
+    async def on_assigned(self, tps: Sequence[TP]) -> None:
+        """``tps`` are now ours; consumption starts at their committed offsets."""
+        ...
+
+    async def on_revoked(self, tps: Sequence[TP]) -> None:
+        """``tps`` are about to go: finish or abandon their work and commit what is done."""
+        ...
+
+
+class Source(Protocol):
+    """Where messages come from (Kafka in production, memory in unit tests)."""
+
+    @property
+    def connected(self) -> bool:
+        """Whether the source is connected to its broker."""
+        ...
+
+    async def start(self, handler: RebalanceHandler) -> None:
+        """Connect and subscribe; ``handler`` hears about (re)assignments."""
+        ...
+
+    async def poll(self, timeout_s: float, max_records: int) -> list[RawRecord]:
+        """Up to ``max_records`` records, in offset order per partition (may be empty)."""
+        ...
+
+    def assignment(self) -> set[TP]:
+        """The partitions currently assigned."""
+        ...
+
+    def pause(self) -> None:
+        """Stop fetching from every assigned partition (backpressure)."""
+        ...
+
+    def resume(self) -> None:
+        """Fetch again."""
+        ...
+
+    async def commit(self, offsets: Mapping[TP, int]) -> None:
+        """Commit ``offsets`` (the next offset to consume per partition).
+
+        Raises:
+            SourceError: the commit failed (e.g. the partition was reassigned).
+        """
+        ...
+
+    async def lag(self) -> dict[TP, int]:
+        """Messages behind the high watermark per assigned partition (where known)."""
+        ...
+
+    async def stop(self) -> None:
+        """Leave the group and close."""
+        ...

@@ -1,0 +1,167 @@
+"""The Kafka source: an aiokafka consumer group with manual commits.
+
+Auto-commit is off: the worker commits per partition only what is complete (DESIGN §4).
+Lag comes from ``highwater`` (taken from fetch responses), not ``end_offsets``, which the
+Tansu broker answers with the last batch's base offset + 1 (DESIGN §7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import ConsumerStoppedError, KafkaError
+
+from evalstream.config import KafkaSettings
+from evalstream.errors import SourceError
+from evalstream.events import RawRecord
+from evalstream.logging import get_logger
+from evalstream.sources.base import TP, RebalanceHandler
+
+__all__ = ["KafkaSource"]
+
+log = get_logger(__name__)
+
+_BACKOFF_S = 0.5
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+    def __init__(self, handler: RebalanceHandler) -> None:
+        self._handler = handler
+
+    async def on_partitions_revoked(self, revoked: Sequence[TopicPartition]) -> None:
+        if revoked:
+            await self._handler.on_revoked([(tp.topic, tp.partition) for tp in revoked])
+
+    async def on_partitions_assigned(self, assigned: Sequence[TopicPartition]) -> None:
+        await self._handler.on_assigned([(tp.topic, tp.partition) for tp in assigned])
+
+
+class KafkaSource:
+    """Consumes ``topics`` in consumer group ``settings.group_id``.
+
+    Args:
+        settings: Connection, group and fetch settings.
+        topics: The input topics.
+    """
+
+    def __init__(self, settings: KafkaSettings, topics: Sequence[str]) -> None:
+        self._settings = settings
+        self._topics = list(topics)
+        self._consumer: AIOKafkaConsumer | None = None
+        self._connected = False
+        self._paused = False
+
+    @property
+    def connected(self) -> bool:
+        """Whether the consumer started and has not been stopped."""
+        return self._connected
+
+    def _options(self) -> dict[str, Any]:
+        s = self._settings
+        options: dict[str, Any] = {
+            "group_id": s.group_id,
+            "enable_auto_commit": False,
+            "auto_offset_reset": s.auto_offset_reset,
+            "session_timeout_ms": s.session_timeout_ms,
+            "heartbeat_interval_ms": max(100, s.session_timeout_ms // 10),
+            "max_poll_records": s.max_poll_records,
+            "fetch_max_bytes": s.fetch_max_bytes,
+            "max_partition_fetch_bytes": s.max_partition_fetch_bytes,
+        }
+        options.update(s.client_options())
+        return options
+
+    async def start(self, handler: RebalanceHandler) -> None:
+        """Connect, join the group and subscribe.
+
+        Raises:
+            SourceError: the broker cannot be reached.
+        """
+        consumer = AIOKafkaConsumer(**self._options())
+        try:
+            await consumer.start()
+        except KafkaError as exc:
+            await consumer.stop()
+            raise SourceError(f"cannot connect to Kafka at {self._settings.bootstrap_servers}: "
+                              f"{exc}") from exc
+        consumer.subscribe(self._topics, listener=_Listener(handler))
+        self._consumer = consumer
+        self._connected = True
+
+    async def poll(self, timeout_s: float, max_records: int) -> list[RawRecord]:
+        """The next records; an empty list on timeout or after a transient error."""
+        consumer = self._consumer
+        if consumer is None:
+            return []
+        try:
+            batch = await consumer.getmany(timeout_ms=int(timeout_s * 1000),
+                                           max_records=max_records)
+        except ConsumerStoppedError:
+            return []
+        except KafkaError as exc:
+            # Transient (leader moved, broker restarting): back off and keep going.
+            log.warning("fetch_failed", error=str(exc))
+            await asyncio.sleep(_BACKOFF_S)
+            return []
+        out: list[RawRecord] = []
+        append = out.append
+        for records in batch.values():
+            for r in records:
+                append(RawRecord(r.topic, r.partition, r.offset, r.value, r.key,
+                                 tuple(r.headers) if r.headers else (), r.timestamp))
+        return out
+
+    def assignment(self) -> set[TP]:
+        """The partitions currently assigned to this member."""
+        if self._consumer is None:
+            return set()
+        return {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+
+    def pause(self) -> None:
+        """Pause fetching from every assigned partition."""
+        if self._consumer is not None:
+            self._consumer.pause(*self._consumer.assignment())
+            self._paused = True
+
+    def resume(self) -> None:
+        """Resume fetching from every assigned partition."""
+        if self._consumer is not None:
+            self._consumer.resume(*self._consumer.assignment())
+            self._paused = False
+
+    async def commit(self, offsets: Mapping[TP, int]) -> None:
+        """Commit the given next-offsets."""
+        if self._consumer is None or not offsets:
+            return
+        try:
+            await self._consumer.commit(
+                {TopicPartition(t, p): offset for (t, p), offset in offsets.items()})
+        except KafkaError as exc:
+            raise SourceError(f"offset commit failed: {exc}") from exc
+
+    async def lag(self) -> dict[TP, int]:
+        """High watermark minus position for assigned partitions whose watermark is known."""
+        consumer = self._consumer
+        if consumer is None:
+            return {}
+        out: dict[TP, int] = {}
+        for tp in consumer.assignment():
+            high = consumer.highwater(tp)
+            if high is None:
+                continue
+            try:
+                position = await consumer.position(tp)
+            except KafkaError:
+                continue
+            out[(tp.topic, tp.partition)] = max(0, high - position)
+        return out
+
+    async def stop(self) -> None:
+        """Leave the group (triggering a final revoke) and close the connection."""
+        consumer, self._consumer = self._consumer, None
+        self._connected = False
+        if consumer is not None:
+            await consumer.stop()

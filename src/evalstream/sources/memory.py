@@ -1,0 +1,108 @@
+"""An in-memory source for unit tests: partitions are lists of records."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+
+from evalstream.events import RawRecord
+from evalstream.sources.base import TP, RebalanceHandler
+
+__all__ = ["MemorySource"]
+
+
+class MemorySource:
+    """Serves records from memory, one partition after another, and records commits.
+
+    Args:
+        records: The records to serve, in offset order per partition.
+    """
+
+    def __init__(self, records: Iterable[RawRecord] = ()) -> None:
+        self._queues: dict[TP, list[RawRecord]] = {}
+        self._positions: dict[TP, int] = {}
+        self.committed: dict[TP, int] = {}
+        self.commits: list[dict[TP, int]] = []
+        self.paused = False
+        self.pause_count = 0
+        self._handler: RebalanceHandler | None = None
+        self._connected = False
+        for record in records:
+            self.add(record)
+
+    @property
+    def connected(self) -> bool:
+        """True between start and stop."""
+        return self._connected
+
+    def add(self, record: RawRecord) -> None:
+        """Append a record to its partition."""
+        tp = (record.topic, record.partition)
+        self._queues.setdefault(tp, []).append(record)
+        self._positions.setdefault(tp, 0)
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether every record has been handed out."""
+        return all(self._positions[tp] >= len(q) for tp, q in self._queues.items())
+
+    async def start(self, handler: RebalanceHandler) -> None:
+        """Assign every partition."""
+        self._handler = handler
+        self._connected = True
+        await handler.on_assigned(sorted(self._queues))
+
+    async def revoke(self, tps: Sequence[TP]) -> None:
+        """Simulate a rebalance taking ``tps`` away (positions rewind to the commit)."""
+        assert self._handler is not None
+        await self._handler.on_revoked(tps)
+        for tp in tps:
+            self._positions[tp] = self._index(tp, self.committed.get(tp, 0))
+
+    def _index(self, tp: TP, offset: int) -> int:
+        for i, record in enumerate(self._queues[tp]):
+            if record.offset >= offset:
+                return i
+        return len(self._queues[tp])
+
+    async def poll(self, timeout_s: float, max_records: int) -> list[RawRecord]:
+        """Up to ``max_records`` records unless paused."""
+        out: list[RawRecord] = []
+        if not self.paused:
+            for tp, queue in self._queues.items():
+                start = self._positions[tp]
+                take = queue[start:start + max_records - len(out)]
+                self._positions[tp] = start + len(take)
+                out.extend(take)
+                if len(out) >= max_records:
+                    break
+        if not out:
+            await asyncio.sleep(min(timeout_s, 0.01))
+        return out
+
+    def assignment(self) -> set[TP]:
+        """Every partition."""
+        return set(self._queues)
+
+    def pause(self) -> None:
+        """Stop serving records."""
+        if not self.paused:
+            self.pause_count += 1
+        self.paused = True
+
+    def resume(self) -> None:
+        """Serve records again."""
+        self.paused = False
+
+    async def commit(self, offsets: Mapping[TP, int]) -> None:
+        """Record the commit."""
+        self.commits.append(dict(offsets))
+        self.committed.update(offsets)
+
+    async def lag(self) -> dict[TP, int]:
+        """Records not yet handed out, per partition."""
+        return {tp: len(q) - self._positions[tp] for tp, q in self._queues.items()}
+
+    async def stop(self) -> None:
+        """Disconnect."""
+        self._connected = False
