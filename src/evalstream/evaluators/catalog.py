@@ -2,6 +2,7 @@
 
 from evalstream.evaluators import (  # noqa: F401
     custom,
+    injection,
     labels,
     rag,
     refusal,

@@ -50,6 +50,9 @@ class RoleAdherenceParams(TextParams):
     strict_mode: bool = False
     #: A turn adheres when p(yes) reaches this.
     turn_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    #: Judge only the event's own output (the newest assistant turn), not the earlier ones:
+    #: for labelled data sets whose label is about that output alone.
+    only_last_turn: bool = False
     #: Most recent assistant turns judged per event.
     max_turns: int = Field(default=50, ge=1, le=500)
     #: Turn verdicts remembered (a bounded LRU; one entry per distinct role+turn).
@@ -98,7 +101,7 @@ class RoleAdherence(Evaluator[RoleAdherenceParams]):
                 last_user = message.content
             elif message.content.strip():
                 out.append((index, last_user, message.content))
-        return out[-self.params.max_turns:]
+        return out[-1:] if self.params.only_last_turn else out[-self.params.max_turns:]
 
     def request(self, role: str, trusted: bool, user: str, turn: str) -> JudgeRequest:
         """The request for one assistant turn."""

@@ -1,0 +1,263 @@
+"""``evalstream eval``: score JSONL files offline with the same routes and judges as the worker.
+
+Input lines are either flat ``TraceEvent`` objects or labelled evaluation items in the
+``evaldata`` schema (``{id, evaluator, input, output, criteria, role, turns, label, source}``).
+An item becomes a TraceEvent whose ``app`` is the item's evaluator, so routes can pick items by
+``match.app``; ``role`` becomes the system prompt, ``turns`` the earlier messages and
+``criteria`` the ``criteria`` attribute. Without ``--config``, a default configuration
+routes each item to its own evaluator with the builtin judge.
+
+Every event goes through ``Pipeline.evaluate`` (sampling, routing, evaluators), results go to
+``--output`` as JSONL, and a summary per (route, evaluator) is printed: pass rate with a 95%
+Wilson interval, mean score and, where items carry gold labels, accuracy, macro-F1, Brier
+score and expected calibration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import glob
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from evalstream.app.offline_report import Summary
+from evalstream.app.pipeline import Pipeline
+from evalstream.config import EvaluatorSpec, MatchRule, Route, Settings, load_settings
+from evalstream.errors import ConfigError, EvalstreamError
+from evalstream.events import EvalResult, Message, TraceEvent, dump_json, load_json
+from evalstream.judges.base import Judge
+from evalstream.judges.registry import build_judges, close_judges
+from evalstream.metrics import Metrics
+
+__all__ = ["Item", "add_arguments", "default_settings", "main", "read_items", "run"]
+
+#: The evaluator (and its params) each evaldata file is scored with by default. Most params
+#: only say where each item's fields are. Role adherence judges the labelled output alone
+#: because the label is about that output, not the whole history. The 1-5 thresholds were
+#: chosen on dev/ only: 3 ("moderate, still civil") is the worst level that counts as fine,
+#: matching evaldata's mapping (frustrated = satisfaction <= 2, i.e. frustration >= 4).
+DEFAULT_EVALUATORS: dict[str, dict[str, Any]] = {
+    "refusal": {},
+    "sentiment": {},
+    "toxicity": {"source": "output", "threshold": 3},
+    "frustration": {"source": "input", "threshold": 3},
+    "topic_adherence": {"criteria_attribute": "criteria"},
+    "role_adherence": {"role_from_system_prompt": True, "only_last_turn": True},
+    "prompt_injection": {"source": "input"},
+}
+_EVALDATA_KEYS = frozenset({"id", "evaluator", "label"})
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One event to score and, for labelled data, its gold label and data set name."""
+
+    event: TraceEvent
+    gold: bool | str | None = None
+    dataset: str | None = None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``eval`` options to ``parser`` (the CLI calls this for its sub-command)."""
+    parser.add_argument("--config", type=Path, default=None,
+                        help="worker config (routes, judges); default: route every evaldata "
+                             "item to its own evaluator with the builtin judge")
+    parser.add_argument("--input", "-i", action="append", required=True, metavar="PATH",
+                        help="JSONL file or glob (repeatable): TraceEvents or evaldata items")
+    parser.add_argument("--output", "-o", type=Path, default=None,
+                        help="write every EvalResult as JSONL here")
+    parser.add_argument("--judge", default=None,
+                        help="use this judge (by name) for every evaluator")
+    parser.add_argument("--topic", default=None,
+                        help="topic the events are routed as (default: the first input topic)")
+    parser.add_argument("--concurrency", type=int, default=16,
+                        help="events evaluated at once (default 16)")
+    parser.add_argument("--markdown", type=Path, default=None,
+                        help="also write the summary table as Markdown here")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _paths(patterns: Sequence[str]) -> list[Path]:
+    paths: list[Path] = []
+    for pattern in patterns:
+        matched = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if not matched:
+            raise ConfigError(f"--input {pattern}: no file matches")
+        paths.extend(Path(m) for m in matched)
+    return paths
+
+
+def _from_evaldata(obj: dict[str, Any]) -> Item:
+    turns = tuple(Message(role=t["role"], content=t["content"])
+                  for t in obj.get("turns") or () if t.get("content"))
+    attributes = {"dataset": str(obj["evaluator"])}
+    if obj.get("criteria"):
+        attributes["criteria"] = str(obj["criteria"])
+    event = TraceEvent(event_id=str(obj["id"]), trace_id=str(obj["id"]), app=str(obj["evaluator"]),
+                       system_prompt=obj.get("role"), messages=turns, input=obj.get("input"),
+                       output=obj.get("output"), attributes=attributes)
+    label = obj.get("label")
+    gold = label if isinstance(label, bool | str) else None
+    return Item(event, gold, str(obj["evaluator"]))
+
+
+def read_items(paths: Sequence[Path]) -> Iterator[Item]:
+    """Items from JSONL files: evaldata items or flat TraceEvents, line by line.
+
+    Raises:
+        ConfigError: a line is neither (the message names the file and line).
+    """
+    for path in paths:
+        try:
+            handle = path.open(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"--input {path}: {exc.strerror}") from exc
+        with handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = load_json(line)
+                    if not isinstance(obj, dict):
+                        raise ValueError("not a JSON object")
+                    if obj.keys() >= _EVALDATA_KEYS:
+                        yield _from_evaldata(obj)
+                    else:
+                        yield Item(TraceEvent.model_validate(obj))
+                except (ValueError, KeyError, TypeError, ValidationError) as exc:
+                    detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                    raise ConfigError(f"{path}:{number}: not a TraceEvent or evaldata item: "
+                                      f"{detail}") from None
+
+
+def default_settings(datasets: Sequence[str]) -> Settings:
+    """One route per data set (matched by ``app``) with that data set's evaluator."""
+    routes = []
+    for name in sorted(set(datasets)):
+        params = DEFAULT_EVALUATORS.get(name)
+        if params is None:
+            raise ConfigError(f"no default evaluator for evaldata items of {name!r}; "
+                              "pass --config")
+        routes.append(Route(name=name, match=MatchRule(app=[name]),
+                            evaluators=[EvaluatorSpec(evaluator=name, params=params)]))
+    if not routes:
+        raise ConfigError("the input holds no evaldata items; pass --config to route "
+                          "TraceEvents")
+    return Settings(routes=routes)
+
+
+def _with_judge(settings: Settings, judge: str) -> Settings:
+    routes = [r.model_copy(update={"evaluators": [s.model_copy(update={"judge": judge})
+                                                  for s in r.evaluators]})
+              for r in settings.routes]
+    return Settings.model_validate({**settings.model_dump(), "routes": routes})
+
+
+async def run(settings: Settings, items: Sequence[Item], *, topic: str, concurrency: int = 16,
+              sink: IO[bytes] | None = None, progress: Progress | None = None,
+              judges: Mapping[str, Judge] | None = None) -> Summary:
+    """Evaluate ``items`` through a ``Pipeline`` built from ``settings``; summarise.
+
+    Args:
+        settings: Routes and judges.
+        items: What to score.
+        topic: The topic the events are routed as.
+        concurrency: Events evaluated at once.
+        sink: Where each result is written as a JSON line.
+        progress: A started rich progress display to advance.
+        judges: Judges to use instead of building them from ``settings`` (tests); the
+            caller closes them.
+    """
+    metrics = Metrics()
+    owned = judges is None
+    if judges is None:
+        judges = build_judges(settings.judges, metrics)
+    summary = Summary(items=len(items))
+    try:
+        pipeline = Pipeline(settings, judges, metrics)
+        # Gold labels are about the data set's own evaluator; other evaluators in the route
+        # are summarised without them.
+        kinds = {(r.name, s.label): s.evaluator for r in settings.routes for s in r.evaluators}
+        task = progress.add_task("evaluating", total=len(items)) if progress else None
+        queue: asyncio.Queue[Item] = asyncio.Queue()
+        for item in items:
+            queue.put_nowait(item)
+
+        async def worker() -> None:
+            while not queue.empty():
+                item = queue.get_nowait()
+                results: list[EvalResult] = await pipeline.evaluate(item.event, topic=topic)
+                if not results:
+                    summary.without_results += 1
+                for result in results:
+                    own = kinds.get((result.route, result.evaluator)) == item.dataset
+                    summary.add(result, item.gold if own else None)
+                    if sink is not None:
+                        sink.write(dump_json(result) + b"\n")
+                if progress is not None and task is not None:
+                    progress.advance(task)
+
+        await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
+        await pipeline.aclose()
+    finally:
+        if owned:
+            await close_judges(judges)
+    return summary
+
+
+def _table(summary: Summary) -> Table:
+    table = Table(title=f"evalstream eval: {summary.items} items, "
+                        f"{summary.without_results} without results")
+    rows = summary.rows()
+    for column in rows[0] if rows else ["(no results)"]:
+        table.add_column(column, justify="left" if column in ("route", "evaluator") else "right")
+    for row in rows:
+        table.add_row(*row.values())
+    return table
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``evalstream eval``; 0 on success, 2 on a configuration or input error."""
+    console = Console(stderr=True)
+    try:
+        items = list(read_items(_paths(args.input)))
+        if args.config is not None:
+            settings = load_settings(args.config)
+        else:
+            settings = default_settings([i.dataset for i in items if i.dataset])
+        if getattr(args, "judge", None):
+            settings = _with_judge(settings, args.judge)
+        topic = getattr(args, "topic", None) or settings.inputs[0].topic
+        with ExitStack() as stack:
+            sink = stack.enter_context(args.output.open("wb")) if args.output else None
+            progress = None
+            if not getattr(args, "no_progress", False):
+                progress = stack.enter_context(Progress(
+                    TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console, transient=True))
+            summary = asyncio.run(run(settings, items, topic=topic,
+                                      concurrency=getattr(args, "concurrency", 16),
+                                      sink=sink, progress=progress))
+    except (EvalstreamError, OSError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    Console(width=200).print(_table(summary))
+    if getattr(args, "markdown", None):
+        args.markdown.write_text(summary.markdown(), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":  # ``python -m evalstream.app.offline`` until the CLI wires it
+    _parser = argparse.ArgumentParser(prog="evalstream eval")
+    add_arguments(_parser)
+    sys.exit(main(_parser.parse_args()))

@@ -1,0 +1,172 @@
+"""`evalstream eval`: reading both input schemas, default routing, the summary and its maths."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evalstream.app import offline
+from evalstream.app.offline_report import (
+    EvaluatorSummary,
+    Summary,
+    expected_calibration_error,
+    macro_f1,
+)
+from evalstream.config import EvaluatorSpec, Route, Settings
+from evalstream.errors import ConfigError
+from evalstream.events import EvalResult, load_json
+from tests.support.scripted_judge import ScriptedJudge
+
+
+def evaldata(i: int, evaluator: str, label: Any, **fields: Any) -> dict[str, Any]:
+    row = {"id": f"x-{i}", "evaluator": evaluator, "input": None, "output": None,
+           "criteria": None, "role": None, "turns": None, "label": label, "source": "test"}
+    row.update(fields)
+    return row
+
+
+def write(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_read_items_maps_evaldata_and_trace_events(tmp_path: Path) -> None:
+    rows = [
+        evaldata(1, "topic_adherence", True, input="Paris", output="Which dates?",
+                 criteria="Hotels only.", turns=[{"role": "user", "content": "A hotel"},
+                                                 {"role": "assistant", "content": "Where?"}]),
+        evaldata(2, "role_adherence", False, output="HELLO", role="Reply in lowercase."),
+        evaldata(3, "sentiment", "neutral", input="ok"),
+        {"event_id": "e9", "input": "hi", "output": "hello"},
+    ]
+    items = list(offline.read_items([write(tmp_path / "a.jsonl", rows)]))
+    topic, role, sentiment, flat = items
+    assert topic.event.app == "topic_adherence"
+    assert topic.event.attributes == {"dataset": "topic_adherence", "criteria": "Hotels only."}
+    assert [m.content for m in topic.event.messages] == ["A hotel", "Where?"]
+    assert topic.gold is True
+    assert role.event.system_prompt == "Reply in lowercase."
+    assert role.gold is False
+    assert sentiment.gold == "neutral"
+    assert flat.event.event_id == "e9"
+    assert flat.gold is None
+    assert flat.dataset is None
+
+
+def test_read_items_names_bad_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"event_id": "ok"}\n\n{"nope": 1}\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"bad\.jsonl:3: not a TraceEvent"):
+        list(offline.read_items([path]))
+
+
+def test_default_settings_route_by_dataset() -> None:
+    settings = offline.default_settings(["refusal", "sentiment", "refusal"])
+    assert [r.name for r in settings.routes] == ["refusal", "sentiment"]
+    assert settings.routes[0].match.app == ["refusal"]
+    assert settings.routes[0].evaluators[0].judge == "builtin"
+    with pytest.raises(ConfigError, match="no default evaluator"):
+        offline.default_settings(["mystery"])
+
+
+async def test_run_scores_with_scripted_judge_and_gold(tmp_path: Path) -> None:
+    settings = Settings(routes=[Route(name="all", evaluators=[
+        EvaluatorSpec(evaluator="refusal"),
+        EvaluatorSpec(evaluator="toxicity")])])
+    judge = ScriptedJudge({"refusal": lambda r: {"yes": 0.9} if "No" in (r.field("output") or "")
+                           else {"no": 0.8, "yes": 0.2},
+                           "toxicity": {"1": 1.0}})
+    items = list(offline.read_items([write(tmp_path / "r.jsonl", [
+        evaldata(1, "refusal", False, input="q", output="No."),
+        evaldata(2, "refusal", True, input="q", output="Sure, here."),
+        evaldata(3, "refusal", True, input="q", output="No way."),
+    ])]))
+    sink = (tmp_path / "out.jsonl").open("wb")
+    summary = await offline.run(settings, items, topic="t", sink=sink,
+                                judges={"builtin": judge})
+    sink.close()
+    lines = (tmp_path / "out.jsonl").read_bytes().splitlines()
+    assert len(lines) == 6
+    results = [EvalResult.model_validate(load_json(x)) for x in lines]
+    assert {r.evaluator for r in results} == {"refusal", "toxicity"}
+    refusal = summary.by_key[("all", "refusal")]
+    toxicity = summary.by_key[("all", "toxicity")]
+    assert refusal.passed == 1
+    assert refusal.graded == 3
+    assert sorted(refusal.correct) == [False, True, True]
+    assert len(judge.requests) == 6
+    assert toxicity.gold == []  # gold belongs to the data set's own evaluator only
+    row = refusal.row()
+    assert row["accuracy"] == "0.667"
+
+
+def test_main_with_builtin_judge_writes_results_and_markdown(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]
+                                                             ) -> None:
+    data = write(tmp_path / "refusal.jsonl", [
+        evaldata(1, "refusal", False, input="How do I kill a process?",
+                 output="I'm sorry, but I can't help with that request."),
+        evaldata(2, "refusal", True, input="How do I kill a process?",
+                 output="Run `kill -9 <pid>` after finding the pid with `ps aux | grep name`."),
+    ])
+    args = argparse.Namespace(config=None, input=[str(tmp_path / "*.jsonl")],
+                              output=tmp_path / "results.jsonl", judge=None, topic=None,
+                              concurrency=4, markdown=tmp_path / "summary.md", no_progress=True)
+    assert offline.main(args) == 0
+    results = [load_json(x) for x in (tmp_path / "results.jsonl").read_bytes().splitlines()]
+    assert sorted(r["label"] for r in results) == ["not_refused", "refused"]
+    assert all(r["judge"]["backend"] == "builtin" for r in results)
+    markdown = (tmp_path / "summary.md").read_text()
+    assert "| refusal | refusal | 2 | 0 |" in markdown
+    assert "refusal" in capsys.readouterr().out
+    assert data.exists()
+
+
+def test_main_reports_bad_input(tmp_path: Path) -> None:
+    args = argparse.Namespace(config=None, input=[str(tmp_path / "none*.jsonl")], output=None,
+                              judge=None, topic=None, concurrency=1, markdown=None,
+                              no_progress=True)
+    assert offline.main(args) == 2
+
+
+def test_macro_f1_and_ece() -> None:
+    assert macro_f1(["a", "a", "b", "b"], ["a", "a", "b", "b"]) == 1.0
+    # class a: tp1 fp1 fn1 -> 0.5; class b: tp1 fp1 fn1 -> 0.5
+    assert macro_f1(["a", "a", "b", "b"], ["a", "b", "a", "b"]) == pytest.approx(0.5)
+    # all in one bin at 0.95 confidence, half correct: |0.5 - 0.95|
+    assert expected_calibration_error([0.95, 0.95], [True, False]) == pytest.approx(0.45)
+    assert expected_calibration_error([], []) == 0.0
+
+
+def _result(**fields: Any) -> EvalResult:
+    base: dict[str, Any] = {"result_id": "r", "event_id": "e", "trace_id": "t", "route": "x",
+                            "evaluator": "y"}
+    return EvalResult(**{**base, **fields})
+
+
+def test_summary_binary_and_label_figures() -> None:
+    binary = EvaluatorSummary("x", "y")
+    binary.add(_result(score=0.8, passed=True), True)
+    binary.add(_result(score=0.3, passed=False), True)
+    binary.add(_result(status="error", error="boom"), True)
+    row = binary.row()
+    assert row["n"] == "2"
+    assert row["errors"] == "1"
+    assert row["accuracy"] == "0.500"
+    assert float(row["Brier"]) == pytest.approx(((0.8 - 1) ** 2 + (0.3 - 1) ** 2) / 2, abs=1e-3)
+    assert row["pass rate (95% CI)"].startswith("0.500 [0.095, 0.905]")
+    labels = EvaluatorSummary("x", "s")
+    labels.add(_result(label="positive", probabilities={"negative": 0.2, "positive": 0.8}),
+               "positive")
+    assert labels.row()["accuracy"] == "1.000"
+    assert float(labels.row()["Brier"]) == pytest.approx(0.08, abs=1e-3)
+    assert labels.row()["pass rate (95% CI)"] == "-"
+    summary = Summary()
+    summary.add(_result(score=1.0, passed=True), None)
+    assert "| x | y | 1 | 0 |" in summary.markdown()
+    assert math.isclose(summary.by_key[("x", "y")].score_sum, 1.0)
