@@ -112,7 +112,7 @@ async def test_sentiment_reads_input_by_default() -> None:
 
 async def test_frustration_scale() -> None:
     judge = ScriptedJudge({"frustration": {"1": 0.1, "2": 0.1, "3": 0.2, "4": 0.4, "5": 0.2}})
-    evaluator = make("frustration", judge)
+    evaluator = make("frustration", judge, threshold=2)
     score = await evaluator.evaluate(ev(input="I asked THREE times already!!", output="Sorry"))
     [request] = judge.requests
     assert request.task == "frustration"
@@ -128,12 +128,13 @@ async def test_frustration_scale() -> None:
 
 async def test_frustration_over_user_turns() -> None:
     judge = ScriptedJudge({"frustration": {"1": 1.0}})
-    evaluator = make("frustration", judge, source="user_turns", threshold=3)
+    evaluator = make("frustration", judge, source="user_turns")  # default threshold 3
     event = ev(messages=(Message(role="user", content="Book a table"),
                          Message(role="assistant", content="Where?")),
                input="I already said Rome", output="Ok")
     score = await evaluator.evaluate(event)
     assert judge.requests[0].data == (("text", "Book a table\nI already said Rome"),)
+    assert score.threshold == 3.0
     assert score.passed is True
     assert score.score == pytest.approx(1.0)
 

@@ -92,9 +92,15 @@ class ScaleEvaluator(Evaluator[ScaleParams]):
 
 
 class SourcedScaleParams(ScaleParams):
-    """A 1-5 evaluator of one text; ``source`` picks it."""
+    """A 1-5 evaluator of one text; ``source`` picks it.
+
+    The default threshold 3 lets "moderately frustrated, still civil" pass and fails 4-5
+    (annoyed, angry): the same cut as the labelled data (frustrated = satisfaction <= 2 of 5)
+    and it keeps a judge that rates neutral text as 3 from failing every calm message.
+    """
 
     source: TextSource = "input"
+    threshold: int = Field(default=3, ge=1, le=5)
 
 
 @register
