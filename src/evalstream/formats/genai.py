@@ -108,11 +108,13 @@ class Attrs:
 
     def first_text(self, keys: tuple[str, ...]) -> str | None:
         """The first of ``keys`` present, as a non-empty flat string."""
-        raw = self.raw
+        raw_get = self.raw.get
         for key in keys:
-            value = raw.get(key)
+            value = raw_get(key)
             if value is not None:
-                text = _text(self.convert(value))
+                text = self.convert(value)
+                if type(text) is not str:
+                    text = _text(text)
                 if text:
                     return text
         return None
@@ -156,8 +158,8 @@ class SpanView(ABC):
 
     __slots__ = ("attrs",)
 
-    def __init__(self, attrs: Attrs) -> None:
-        self.attrs = attrs
+    #: Set by the subclass constructor.
+    attrs: Attrs
 
     @abstractmethod
     def ids(self) -> tuple[str, str]:
@@ -297,13 +299,20 @@ class BatchBuilder:
     def _attributes(self, span: SpanView, resource: Resource, content: Content,
                     operation: str | None) -> dict[str, str]:
         attrs = span.attrs
-        out: dict[str, str] = {}
-        if operation:
-            out["operation"] = operation
+        raw_get = attrs.raw.get
+        convert = attrs.convert
+        out: dict[str, str] = {"operation": operation} if operation else {}
+        # Inlined lookups: this runs for every evaluated span.
         for name, keys in _SPAN_ATTRIBUTES:
-            value = attrs.first_text(keys)
-            if value is not None:
-                out[name] = value
+            for key in keys:
+                value = raw_get(key)
+                if value is not None:
+                    text = convert(value)
+                    if type(text) is not str:
+                        text = _text(text)
+                    if text:
+                        out[name] = text
+                        break
         finish = attrs.first_text(("gen_ai.response.finish_reasons",))
         if finish is None and content.finish_reasons:
             finish = ",".join(content.finish_reasons)

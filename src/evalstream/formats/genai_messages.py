@@ -19,11 +19,14 @@ by the protobuf and the JSON decoders. Conventions, newest first:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from evalstream.events import dump_json, load_json
+
+# Values reach the readers as plain ``dict``/``list`` (from orjson or the converters), so
+# ``isinstance(x, dict)`` is exact, and much cheaper than an ABC check on the hot path.
 
 __all__ = [
     "AttrGetter",
@@ -106,7 +109,7 @@ def parts_text(parts: Any) -> str:
     for part in parts:
         if isinstance(part, str):
             texts.append(part)
-        elif isinstance(part, Mapping):
+        elif isinstance(part, dict):
             kind = part.get("type")
             if kind is None or kind in _TEXT_PARTS:
                 text = part.get("content")
@@ -122,7 +125,7 @@ def parts_text(parts: Any) -> str:
     return "\n".join(texts)
 
 
-def _message_text(message: Mapping[str, Any]) -> str:
+def _message_text(message: dict[str, Any]) -> str:
     parts = message.get("parts")
     if parts is not None:
         return parts_text(parts)
@@ -132,12 +135,12 @@ def _message_text(message: Mapping[str, Any]) -> str:
 def _add_messages(content: Content, messages: Any, what: str) -> None:
     """Add input messages (semconv ``parts`` or OpenAI ``content`` shape)."""
     messages = _structured(messages, what)
-    if isinstance(messages, Mapping):
+    if isinstance(messages, dict):
         messages = [messages]
     if not isinstance(messages, list):
         raise BadSpanError(f"{what} is not a list of messages")
     for message in messages:
-        if not isinstance(message, Mapping):
+        if not isinstance(message, dict):
             raise BadSpanError(f"{what} holds a non-object message")
         role = message.get("role")
         content.add_turn(role if isinstance(role, str) else "user", _message_text(message))
@@ -147,16 +150,16 @@ def _add_outputs(content: Content, messages: Any, what: str) -> None:
     """Add output messages: semconv ``[{role, parts, finish_reason}]``, OpenAI messages or
     OpenAI choices ``[{index, finish_reason, message}]``."""
     messages = _structured(messages, what)
-    if isinstance(messages, Mapping):
+    if isinstance(messages, dict):
         messages = [messages]
     if not isinstance(messages, list):
         raise BadSpanError(f"{what} is not a list of messages")
     for message in messages:
-        if not isinstance(message, Mapping):
+        if not isinstance(message, dict):
             raise BadSpanError(f"{what} holds a non-object message")
         finish = message.get("finish_reason")
         inner = message.get("message")
-        text = _message_text(inner) if isinstance(inner, Mapping) else _message_text(message)
+        text = _message_text(inner) if isinstance(inner, dict) else _message_text(message)
         if text:
             content.outputs.append(text)
         if isinstance(finish, str) and finish:
@@ -171,7 +174,7 @@ def _add_system(content: Content, value: Any) -> None:
             content.system.append(value)
             return
     value = _structured(value, "gen_ai.system_instructions")
-    if isinstance(value, Mapping):
+    if isinstance(value, dict):
         value = [value]
     text = parts_text(value)
     if text:
@@ -185,7 +188,7 @@ def _maybe_parts(text: str) -> str:
             parsed = load_json(text)
         except ValueError:
             return text
-        if isinstance(parsed, list) and all(isinstance(p, Mapping) for p in parsed):
+        if isinstance(parsed, list) and all(isinstance(p, dict) for p in parsed):
             return parts_text(parsed)
     return text
 
@@ -308,17 +311,17 @@ def _oi_value(get: AttrGetter, key: str, output: bool) -> str | None:
         return text
     if isinstance(body, str):
         return body
-    if isinstance(body, Mapping):
+    if isinstance(body, dict):
         if output:
             choices = body.get("choices")
-            if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
+            if isinstance(choices, list) and choices and isinstance(choices[0], dict):
                 message = choices[0].get("message")
-                if isinstance(message, Mapping):
+                if isinstance(message, dict):
                     return _message_text(message)
         else:
             messages = body.get("messages")
             if isinstance(messages, list):
-                users = [m for m in messages if isinstance(m, Mapping) and m.get("role") == "user"]
+                users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
                 if users:
                     return _message_text(users[-1])
     return text
@@ -368,7 +371,7 @@ def retrieval_documents(get: AttrGetter) -> list[str]:
         return docs
     if isinstance(value, list):
         for doc in value:
-            if isinstance(doc, Mapping):
+            if isinstance(doc, dict):
                 text = doc.get("content", doc.get("text"))
                 if isinstance(text, str) and text:
                     docs.append(text)

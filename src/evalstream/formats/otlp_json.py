@@ -90,7 +90,7 @@ class _JsonSpan(SpanView):
     __slots__ = ("span",)
 
     def __init__(self, span: dict[str, Any]) -> None:
-        super().__init__(_attrs(span.get("attributes")))
+        self.attrs = _attrs(span.get("attributes"))
         self.span = span
 
     def ids(self) -> tuple[str, str]:

@@ -32,9 +32,14 @@ __all__ = ["any_value", "make_decoder"]
 
 def any_value(value: Any) -> Any:
     """An ``AnyValue`` message as plain Python (``None`` when no field is set)."""
+    # Most values are non-empty strings; reading the field directly is ~3x cheaper than
+    # WhichOneof (an unset or other-typed value reads as "" and falls through).
+    text = value.string_value
+    if text:
+        return text
     kind = value.WhichOneof("value")
     if kind == "string_value":
-        return value.string_value
+        return text
     if kind == "int_value":
         return value.int_value
     if kind == "bool_value":
@@ -59,7 +64,7 @@ class _ProtoSpan(SpanView):
     __slots__ = ("span",)
 
     def __init__(self, span: Any) -> None:
-        super().__init__(_attrs(span.attributes))
+        self.attrs = Attrs({kv.key: kv.value for kv in span.attributes}, any_value)
         self.span = span
 
     def ids(self) -> tuple[str, str]:
