@@ -58,7 +58,7 @@ def config_dict(bootstrap: str, topics: Topics, **sections: Any) -> dict[str, An
         "worker": {"commit_interval_s": 0.2, "shutdown_timeout_s": 10},
         "server": {"host": "127.0.0.1", "port": 0},
         "drift": {"enabled": False},
-        "logging": {"level": "WARNING"},
+        "logging": {"level": "INFO"},
     }
     for key, value in sections.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):
@@ -165,3 +165,20 @@ def spawn_worker(config: Path, *, env: dict[str, str] | None = None,
     stderr = log.open("wb") if log is not None else subprocess.DEVNULL
     return subprocess.Popen([sys.executable, "-m", "evalstream", "run", "--config", str(config)],
                             env=full_env, stdout=subprocess.DEVNULL, stderr=stderr, cwd=REPO)
+
+
+def scrape(port: int, name: str, labels: dict[str, str] | None = None) -> float | None:
+    """One sample from a running worker's /metrics (None when absent or unreachable)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2.0).text
+    except httpx.HTTPError:
+        return None
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and (labels is None or all(
+                    sample.labels.get(k) == v for k, v in labels.items())):
+                return float(sample.value)
+    return None
