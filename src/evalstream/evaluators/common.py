@@ -188,6 +188,9 @@ class AsyncMemo(Generic[T]):
 
     async def get(self, key: str, compute: Callable[[], Awaitable[T]]) -> T:
         """The value for ``key``, computing it with ``compute`` only when not known."""
+        if self.max_entries == 0:  # caching disabled
+            self.misses += 1
+            return await compute()
         future = self._entries.get(key)
         if future is not None:
             self._entries.move_to_end(key)
