@@ -79,6 +79,10 @@ _SPAN_ATTRIBUTES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("user_id", ("user.id", "enduser.id")),
 )
 _ENVIRONMENT_KEYS = ("deployment.environment.name", "deployment.environment")
+#: What reading a malformed span can raise (out-of-range times raise OverflowError,
+#: absurdly nested values RecursionError).
+_MALFORMED = (BadSpanError, ValueError, TypeError, KeyError, AttributeError, IndexError,
+              ArithmeticError, RecursionError)
 
 
 def _text(value: Any) -> str:
@@ -236,7 +240,7 @@ class BatchBuilder:
         self.spans += 1
         try:
             self._add(span, resource)
-        except (BadSpanError, ValueError, TypeError, KeyError, AttributeError, IndexError):
+        except _MALFORMED:
             # A malformed span must not cost its batch-mates: skip it, visibly.
             self.skipped["bad_span"] += 1
 
@@ -348,5 +352,8 @@ class BatchBuilder:
             docs = self._docs.get(pending.trace_id)
             if docs and not fields["context"]:
                 fields["context"] = tuple(d for end, d in docs if end <= pending.end_ns)
-            events.append(TraceEvent(**fields))
+            try:
+                events.append(TraceEvent(**fields))
+            except ValueError:  # pydantic's ValidationError; the fields are built typed
+                self.skipped["bad_span"] += 1
         return Decoded(events=events, skipped=self.skipped)

@@ -112,7 +112,8 @@ class _JsonSpan(SpanView):
 
 
 #: What walking a malformed (but valid JSON) structure raises.
-_MALFORMED = (BadSpanError, ValueError, TypeError, KeyError, AttributeError)
+_MALFORMED = (BadSpanError, ValueError, TypeError, KeyError, AttributeError, ArithmeticError,
+              RecursionError)
 
 
 def _count_spans(resource_spans: Any) -> int:
