@@ -4,14 +4,17 @@ evaluator and the builtin judge."""
 
 from __future__ import annotations
 
+import json
 import random
 
+import jsonschema
 import pytest
 from prometheus_client import CollectorRegistry
 
 from evalstream.app.worker import Worker
 from evalstream.events import dump_json
 from tests.integration.workerkit import (
+    REPO,
     Topics,
     committed,
     event_json,
@@ -27,6 +30,7 @@ from tests.support.kafka import produce, read_all
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 4
+SCHEMA = REPO / "schemas" / "eval_result.schema.json"
 
 
 def malformed() -> list[tuple[str, bytes | None]]:
@@ -85,6 +89,12 @@ async def test_every_message_is_a_result_a_skip_or_a_dead_letter(broker: Broker)
     assert set(by_event) == sampled
     assert all(len(v) == 1 for v in by_event.values())
     refused = {f"e{i}" for i in range(0, 940, 10)} & sampled
+    # Real worker output validates against the committed JSON Schema.
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text(encoding="utf-8")))
+    for result in published:
+        body = {k: v for k, v in result.items() if not k.startswith("_")}
+        errors = [e.message for e in validator.iter_errors(body)]
+        assert not errors, errors
     for event_id, (result,) in by_event.items():
         assert result["evaluator"] == "refusal"
         assert result["status"] == "ok"

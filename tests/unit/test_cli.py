@@ -1,0 +1,116 @@
+"""The command line: config errors exit 2 naming the field, before anything connects."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from evalstream.cli import EXIT_CONFIG, main
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "config" / "evalstream.example.yaml"
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A socket posing as the broker: a worker that started would connect to it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        s.setblocking(False)
+        yield s
+
+
+def bootstrap(s: socket.socket) -> str:
+    return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def nobody_connected(s: socket.socket) -> bool:
+    try:
+        conn, _ = s.accept()
+    except BlockingIOError:
+        return True
+    conn.close()
+    return False
+
+
+BAD = {
+    "unknown key": ("kafka:\n  bootstrap_servers: {bs}\n  bootstrp: x\n", "kafka.bootstrp"),
+    "wrong type": ("kafka:\n  bootstrap_servers: {bs}\nworker:\n  max_in_flight: many\n",
+                   "worker.max_in_flight"),
+    "missing topic": ("kafka:\n  bootstrap_servers: {bs}\ninputs:\n  - format: flat_json\n",
+                      "inputs.0.topic"),
+    "unparseable yaml": ("kafka:\n  bootstrap_servers: {bs}\nroutes: [\n  - name: x\n",
+                         "not valid YAML at line"),
+    "unknown evaluator": ("kafka:\n  bootstrap_servers: {bs}\nroutes:\n  - name: r1\n"
+                          "    evaluators:\n      - evaluator: nonesuch\n",
+                          "routes[0] (r1) evaluators[0].evaluator"),
+    "bad evaluator params": ("kafka:\n  bootstrap_servers: {bs}\nroutes:\n  - name: r1\n"
+                             "    evaluators:\n      - evaluator: refusal\n"
+                             "        params: {{threshold: 7}}\n", "params.threshold"),
+    "unknown mapping field": ("kafka:\n  bootstrap_servers: {bs}\ninputs:\n  - topic: t\n"
+                              "    mapping: {{answer: response.text}}\n", "mapping"),
+    "unknown judge": ("kafka:\n  bootstrap_servers: {bs}\nroutes:\n  - name: r1\n"
+                      "    evaluators:\n      - {{evaluator: refusal, judge: gpt}}\n",
+                      "judge 'gpt' is not defined"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+@pytest.mark.parametrize("command", ["run", "check-config"])
+def test_bad_config_exits_2_naming_the_field(case: str, command: str, tmp_path: Path,
+                                             listener: socket.socket,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    text, needle = BAD[case]
+    path = tmp_path / "bad.yaml"
+    path.write_text(text.format(bs=bootstrap(listener)), encoding="utf-8")
+    argv = ["run", "--config", str(path)] if command == "run" else ["check-config", str(path)]
+    assert main(argv) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "configuration error" in err
+    assert needle in err, err
+    assert "worker_starting" not in err
+    assert nobody_connected(listener)
+
+
+def test_bad_config_in_a_real_process(tmp_path: Path, listener: socket.socket) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"kafka:\n  bootstrap_servers: {bootstrap(listener)}\n"
+                    "worker:\n  max_in_flight: -3\n", encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "evalstream", "run", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == EXIT_CONFIG
+    assert "worker.max_in_flight" in proc.stderr
+    assert nobody_connected(listener)
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check-config", str(tmp_path / "absent.yaml")]) == EXIT_CONFIG
+    assert "cannot read config file" in capsys.readouterr().err
+
+
+def test_check_config_prints_the_effective_config_with_secrets_masked(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("EVALSTREAM_KAFKA__SASL_PASSWORD", "hunter2-secret")
+    monkeypatch.setenv("EVALSTREAM_SAMPLING__RATE", "0.25")
+    assert main(["check-config", str(EXAMPLE)]) == 0
+    out = capsys.readouterr().out
+    assert "hunter2-secret" not in out
+    effective = yaml.safe_load(out)
+    assert effective["kafka"]["sasl_password"] == "**********"
+    assert effective["sampling"]["rate"] == 0.25  # the environment wins over the file
+    assert effective["inputs"][0]["mapping"]["output"] == "response.text"
+    assert [r["name"] for r in effective["routes"]] == ["support", "default"]
+
+
+def test_list_evaluators_includes_refusal(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list-evaluators"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("refusal ") for line in lines)
