@@ -26,7 +26,9 @@ class OpenAIJudgeConfig(_Section):
     type: Literal["openai"] = "openai"
     base_url: str = Field(min_length=1)
     model: str = Field(min_length=1)
-    api: Literal["chat", "completions"] = "chat"
+    #: chat: ``/chat/completions``; completions: legacy ``/completions``; llamacpp: the
+    #: llama.cpp server's native ``/completion`` (``n_probs``).
+    api: Literal["chat", "completions", "llamacpp"] = "chat"
     #: The key comes from the environment or a file, never from the YAML itself.
     api_key_env: str | None = None
     api_key_file: Path | None = None
@@ -39,6 +41,11 @@ class OpenAIJudgeConfig(_Section):
     #: auto: ask for logprobs, fall back to a JSON answer when they are missing.
     logprobs: Literal["auto", "always", "never"] = "auto"
     top_logprobs: int = Field(default=10, ge=1, le=20)
+    #: When none of the answer options is among the top tokens: fail the evaluation with a
+    #: clear error ("error"), or ask again for a strict JSON answer ("json").
+    on_missing_options: Literal["error", "json"] = "error"
+    #: Token budget of a JSON answer (``{"output": "..."}``) when logprobs are unavailable.
+    json_max_tokens: int = Field(default=16, ge=4, le=256)
     timeout_s: float = Field(default=30.0, gt=0)
     max_concurrency: int = Field(default=16, ge=1)
     requests_per_s: float | None = Field(default=None, gt=0)
@@ -59,6 +66,17 @@ class OpenAIJudgeConfig(_Section):
     def _one_key_source(self) -> OpenAIJudgeConfig:
         if self.api_key_env and self.api_key_file:
             raise ValueError("give api_key_env or api_key_file, not both")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https:// "
+                             f"(got {self.base_url!r})")
+        secretish = {h.lower() for h in self.headers} & {"authorization", "api-key", "x-api-key"}
+        if secretish:
+            # Plain header values are printed by check-config; keys belong in api_key_*.
+            raise ValueError(f"headers: put the key in api_key_env/api_key_file (with "
+                             f"api_key_header), not in headers {sorted(secretish)}")
+        if self.deadline_s < self.timeout_s:
+            raise ValueError(f"deadline_s ({self.deadline_s}) must be >= timeout_s "
+                             f"({self.timeout_s})")
         return self
 
 

@@ -130,7 +130,8 @@ TASKS: dict[str, Scorer] = {
 }
 
 def _reason(request: GenerateRequest) -> tuple[str, Any]:
-    task = _hint_str(request, "task")
+    # Evaluators name themselves after the task they ask ("refusal", "sentiment"...).
+    task = _hint_str(request, "task") or _hint_str(request, "evaluator")
     judgement = request.field("judgement") or ""
     scorer = TASKS.get(task) if task else None
     if scorer is not None:

@@ -1,0 +1,81 @@
+"""A cascade: a cheap judge answers when it is confident, else an LLM judge does.
+
+Per request, the first judge (usually ``builtin``) answers; when its confidence (|p-0.5|x2
+for two options, top minus runner-up otherwise) is at least ``min_confidence`` that answer
+stands, otherwise the request is escalated to the second judge. Tasks the first judge does
+not support go straight to the second. Each decision is counted
+(``evalstream_judge_escalations_total{decision="answered|escalated|unsupported"}``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from evalstream.config.judges import CascadeJudgeConfig
+from evalstream.errors import ConfigError, JudgeUnsupportedError
+from evalstream.judges.base import GenerateRequest, Generation, Judge, Judgement, JudgeRequest
+from evalstream.judges.registry import judge_backend
+from evalstream.metrics import Metrics
+
+__all__ = ["CascadeJudge"]
+
+
+class CascadeJudge(Judge):
+    """Ask ``first``; escalate to ``then`` below ``min_confidence``.
+
+    Args:
+        name: The configured name.
+        first: The cheap judge.
+        then: The judge escalated to.
+        min_confidence: Confidence at or above which the first answer stands.
+        metrics: The metrics container.
+    """
+
+    def __init__(self, name: str, first: Judge, then: Judge, min_confidence: float,
+                 metrics: Metrics) -> None:
+        self.name = name
+        self.first = first
+        self.then = then
+        self.min_confidence = min_confidence
+        self._decisions = {d: metrics.judge_escalations.labels(name, d)
+                           for d in ("answered", "escalated", "unsupported")}
+
+    def supports(self, task: str) -> bool:
+        """A cascade answers what either judge answers."""
+        return self.first.supports(task) or self.then.supports(task)
+
+    async def judge(self, request: JudgeRequest) -> Judgement:
+        """The first judge's answer when confident, else the second judge's."""
+        if self.first.supports(request.task):
+            try:
+                first = await self.first.judge(request)
+            except JudgeUnsupportedError:
+                pass  # e.g. a required field the builtin needs is absent
+            else:
+                if first.confidence >= self.min_confidence:
+                    self._decisions["answered"].inc()
+                    return first
+                self._decisions["escalated"].inc()
+                second = await self.then.judge(request)
+                return Judgement(probabilities=second.probabilities,
+                                 info=second.info.model_copy(update={"escalated": True}),
+                                 rationale=second.rationale)
+        self._decisions["unsupported"].inc()
+        return await self.then.judge(request)
+
+    async def generate(self, request: GenerateRequest) -> Generation:
+        """Generation goes to the second (LLM) judge: templates are a last resort."""
+        return await self.then.generate(request)
+
+
+@judge_backend("cascade")
+def _make_cascade(name: str, config: Any, metrics: Metrics,
+                  built: Mapping[str, Judge]) -> Judge:
+    if not isinstance(config, CascadeJudgeConfig):  # pragma: no cover - registry guarantees
+        raise TypeError(f"judges.{name}: expected a cascade config")
+    for ref in (config.first, config.then):
+        if ref not in built:
+            raise ConfigError(f"judges.{name}: cascade refers to unknown judge {ref!r}")
+    return CascadeJudge(name, built[config.first], built[config.then], config.min_confidence,
+                        metrics)

@@ -1,0 +1,146 @@
+"""Read the first generated token's distribution from any OpenAI-compatible response.
+
+Shapes handled (all found in the wild, all reproduced by ``tests/support/llm_server.py``):
+
+* OpenAI / vLLM / llama.cpp chat completions:
+  ``choices[0].logprobs.content[0].top_logprobs = [{"token", "logprob", "bytes"}]``;
+* OpenAI / vLLM legacy completions:
+  ``choices[0].logprobs.top_logprobs[0] = {token: logprob}``;
+* llama.cpp native ``/completion`` (current):
+  ``completion_probabilities[0].top_logprobs = [{"id", "token", "logprob", "bytes"}]``
+  (``top_probs`` with ``prob`` when ``post_sampling_probs`` is set);
+* llama.cpp native ``/completion`` (older builds):
+  ``completion_probabilities[0].probs = [{"tok_str", "prob"}]``.
+
+Token strings are folded (whitespace and SentencePiece/BPE space markers stripped, case
+folded, trailing punctuation dropped) so "Yes", " yes", "YES" and "▁yes" count as one
+option; their probability mass is summed, then renormalised over the options.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from evalstream.errors import JudgeError
+
+__all__ = [
+    "MissingLogprobsError",
+    "OptionsNotFoundError",
+    "first_token_distribution",
+    "fold",
+    "option_probabilities",
+]
+
+_MARKERS = "\u2581\u0120"  # "▁" (SentencePiece) and "Ġ" (byte-level BPE) word-start marks
+_PUNCT = " \t\r\n.,:;!?\"'`*()[]{}"
+
+
+class MissingLogprobsError(JudgeError):
+    """The response carries no token probabilities (the backend does not support them)."""
+
+
+class OptionsNotFoundError(JudgeError):
+    """None of the answer options is among the returned top tokens."""
+
+
+def fold(token: str) -> str:
+    """Normalise a token or option for matching: " Yes." -> "yes"."""
+    return token.strip().lstrip(_MARKERS).strip(_PUNCT).casefold()
+
+
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _from_entries(entries: Iterable[Any], token_keys: Sequence[str]) -> dict[str, float]:
+    """[{token, logprob|prob}] -> {token: probability} (mass of duplicate tokens summed)."""
+    out: dict[str, float] = {}
+    for entry in entries:
+        if not isinstance(entry, Mapping):
+            continue
+        token = next((entry[k] for k in token_keys if isinstance(entry.get(k), str)), None)
+        if token is None:
+            continue
+        logprob = _as_float(entry.get("logprob"))
+        prob = math.exp(logprob) if logprob is not None else _as_float(entry.get("prob"))
+        if prob is None or not math.isfinite(prob) or prob < 0:
+            continue
+        out[token] = out.get(token, 0.0) + prob
+    return out
+
+
+def first_token_distribution(body: Any) -> dict[str, float]:
+    """The top tokens of the first generated position and their probabilities.
+
+    Raises:
+        MissingLogprobsError: the body is a valid response without any probability data.
+    """
+    if not isinstance(body, Mapping):
+        raise MissingLogprobsError("response is not a JSON object")
+    rows = body.get("completion_probabilities")
+    if isinstance(rows, list):  # llama.cpp native /completion
+        if rows and isinstance(rows[0], Mapping):
+            first = rows[0]
+            for key in ("top_logprobs", "top_probs", "probs"):
+                if isinstance(first.get(key), list):
+                    dist = _from_entries(first[key], ("token", "tok_str"))
+                    if dist:
+                        return dist
+        raise MissingLogprobsError("completion_probabilities is empty")
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        raise MissingLogprobsError("response has no choices")
+    logprobs = choices[0].get("logprobs")
+    if not isinstance(logprobs, Mapping):
+        raise MissingLogprobsError("choices[0].logprobs is missing")
+    content = logprobs.get("content")
+    if isinstance(content, list):  # chat completions
+        if content and isinstance(content[0], Mapping):
+            top = content[0].get("top_logprobs")
+            if isinstance(top, list):
+                dist = _from_entries(top, ("token",))
+                if dist:
+                    return dist
+            # top_logprobs not returned: fall back to the chosen token alone.
+            dist = _from_entries(content[:1], ("token",))
+            if dist:
+                return dist
+        raise MissingLogprobsError("choices[0].logprobs.content is empty")
+    top_legacy = logprobs.get("top_logprobs")
+    if isinstance(top_legacy, list) and top_legacy and isinstance(top_legacy[0], Mapping):
+        dist = {}
+        for token, lp in top_legacy[0].items():
+            value = _as_float(lp)
+            if isinstance(token, str) and value is not None and math.isfinite(value):
+                dist[token] = dist.get(token, 0.0) + math.exp(value)
+        if dist:
+            return dist
+    raise MissingLogprobsError("choices[0].logprobs has no top_logprobs")
+
+
+def option_probabilities(distribution: Mapping[str, float],
+                         options: Sequence[str]) -> dict[str, float]:
+    """Sum the mass of tokens folding to each option and renormalise over the options.
+
+    Raises:
+        OptionsNotFoundError: none of the options is among the top tokens (never a silent
+            default).
+    """
+    folded = {fold(o): o for o in options}
+    mass = dict.fromkeys(options, 0.0)
+    for token, prob in distribution.items():
+        option = folded.get(fold(token))
+        if option is not None:
+            mass[option] += prob
+    total = sum(mass.values())
+    if total <= 0.0:
+        top = sorted(distribution.items(), key=lambda kv: -kv[1])[:5]
+        shown = ", ".join(f"{t[:12]!r}" for t, _ in top)
+        raise OptionsNotFoundError(
+            f"none of the answer options {list(options)} is among the judge's top tokens "
+            f"(top: {shown})", retryable=False)
+    return {o: m / total for o, m in mass.items()}

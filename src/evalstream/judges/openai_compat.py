@@ -1,0 +1,419 @@
+"""The LLM judge for any OpenAI-compatible endpoint (OpenAI, Azure, vLLM, llama.cpp, ...).
+
+One ``httpx.AsyncClient`` per judge. A closed question is one request with ``max_tokens``
+1, ``temperature`` 0 and top logprobs; the answer is the first token's distribution over
+the options (``logprobs.py``). Without logprobs the judge asks for a strict JSON answer.
+
+Every request goes through the same path (``_send``): circuit breaker (waits while open),
+rate limits (token buckets), the concurrency semaphore, the HTTP call, classification of
+the outcome (the backend decides what is retryable: ``should_retry``), jittered backoff
+honouring ``Retry-After``. The caller's deadline (``deadline_s``) bounds all of it and
+turns into ``JudgeUnavailableError``, which the pipeline publishes as ``status: error``.
+
+The API key lives only in the client's default headers: it is never logged, never put in
+an exception message (messages are also scrubbed of it, in case a server echoes it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from evalstream.config.judges import OpenAIJudgeConfig
+from evalstream.errors import JudgeError, JudgeUnavailableError
+from evalstream.events import JudgeInfo
+from evalstream.judges.answers import parse_json_answer, unfence
+from evalstream.judges.base import GenerateRequest, Generation, Judge, Judgement, JudgeRequest
+from evalstream.judges.cache import TTLCache
+from evalstream.judges.logprobs import (
+    MissingLogprobsError,
+    OptionsNotFoundError,
+    first_token_distribution,
+    option_probabilities,
+)
+from evalstream.judges.prompt import generate_messages, judge_messages, messages_to_prompt
+from evalstream.judges.registry import judge_backend
+from evalstream.judges.resilience import (
+    CircuitBreaker,
+    CircuitState,
+    TokenBucket,
+    backoff_delay,
+    parse_retry_after,
+)
+from evalstream.logging import get_logger
+from evalstream.metrics import Metrics
+
+__all__ = ["OpenAIJudge"]
+
+_log = get_logger("evalstream.judges.openai")
+_PATHS = {"chat": "chat/completions", "completions": "completions", "llamacpp": "completion"}
+_NON_RETRYABLE_HINT = {
+    400: "the request was rejected (bad parameters or model)",
+    401: "authentication failed: check the API key",
+    403: "access denied: check the key's permissions",
+    404: "not found: check base_url and model",
+    422: "the request was rejected (unprocessable)",
+}
+
+
+@dataclass(slots=True)
+class _Usage:
+    """What one logical call cost (possibly several HTTP attempts)."""
+
+    requests: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    last_error: str | None = None
+
+    def add(self, other: _Usage) -> None:
+        self.requests += other.requests
+        self.tokens_in += other.tokens_in
+        self.tokens_out += other.tokens_out
+        self.last_error = other.last_error or self.last_error
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    probabilities: Mapping[str, float]
+    usage: _Usage
+    text: str = ""
+    value: Any = None
+
+
+def _request_key(*parts: Any) -> str:
+    blob = json.dumps(parts, ensure_ascii=False, sort_keys=True, default=str)
+    return hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
+
+
+class OpenAIJudge(Judge):
+    """A judge backed by an OpenAI-compatible HTTP endpoint.
+
+    Args:
+        name: The configured name (metrics label, results).
+        config: Endpoint, limits and prices.
+        metrics: The worker's metrics container.
+        transport: An httpx transport override (tests only).
+    """
+
+    def __init__(self, name: str, config: OpenAIJudgeConfig, metrics: Metrics,
+                 *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.name = name
+        self.config = config
+        self._metrics = metrics
+        self._secret = config.api_key.get_secret_value() if config.api_key else None
+        headers = dict(config.headers)
+        if self._secret:
+            is_bearer = config.api_key_header.lower() == "authorization"
+            headers[config.api_key_header] = (f"Bearer {self._secret}" if is_bearer
+                                              else self._secret)
+        limits = httpx.Limits(max_connections=config.max_concurrency,
+                              max_keepalive_connections=config.max_concurrency)
+        self._client = httpx.AsyncClient(
+            base_url=config.base_url.rstrip("/") + "/", headers=headers, params=config.query,
+            timeout=config.timeout_s, limits=limits, transport=transport)
+        self._path = _PATHS[config.api]
+        self._host = httpx.URL(config.base_url).host or "judge"
+        self._semaphore = asyncio.Semaphore(config.max_concurrency)
+        self._rps = (TokenBucket(config.requests_per_s, max(1.0, config.requests_per_s))
+                     if config.requests_per_s else None)
+        self._tpm = (TokenBucket(config.tokens_per_min / 60.0, float(config.tokens_per_min))
+                     if config.tokens_per_min else None)
+        state_gauge = metrics.judge_circuit_state.labels(name)
+        state_gauge.set(0)
+        self._breaker = CircuitBreaker(config.circuit_failures, config.circuit_reset_s,
+                                       on_change=lambda s: state_gauge.set(int(s)))
+        self._cache: TTLCache[_Answer] = TTLCache(config.cache_size, config.cache_ttl_s)
+        self._use_logprobs = config.logprobs != "never"
+        self._in_flight = metrics.judge_in_flight.labels(name)
+        self._in_flight.set(0)
+
+    # --- public API -------------------------------------------------------------------
+
+    @property
+    def circuit_state(self) -> CircuitState:
+        """The breaker's state (closed / half-open / open)."""
+        return self._breaker.state
+
+    async def judge(self, request: JudgeRequest) -> Judgement:
+        """Ask the closed question; a probability per option.
+
+        Raises:
+            JudgeError: a non-retryable failure, retries exhausted, or an unusable answer.
+            JudgeUnavailableError: no answer before ``deadline_s``.
+        """
+        key = _request_key("judge", self.config.model, self.config.api, request.task,
+                           request.instructions, request.question, request.options,
+                           request.data)
+        answer, hit, latency = await self._cached(key, lambda u: self._judge(request, u))
+        return Judgement(probabilities=dict(answer.probabilities),
+                         info=self._info(answer.usage, latency, hit))
+
+    async def generate(self, request: GenerateRequest) -> Generation:
+        """A short text (or strictly parsed JSON when ``json_schema_hint`` is set)."""
+        key = _request_key("generate", self.config.model, self.config.api, request.task,
+                           request.instructions, request.data, request.max_tokens,
+                           request.json_schema_hint)
+        answer, hit, latency = await self._cached(key, lambda u: self._generate(request, u))
+        return Generation(text=answer.text, info=self._info(answer.usage, latency, hit),
+                          value=answer.value)
+
+    def should_retry(self, error: JudgeError) -> bool:
+        """Whether a failed attempt is worth retrying (429, 408, 5xx, timeouts, resets)."""
+        return error.retryable
+
+    async def aclose(self) -> None:
+        """Close the HTTP client (its pooled connections)."""
+        await self._client.aclose()
+
+    # --- caching and deadline ---------------------------------------------------------
+
+    async def _cached(self, key: str, compute: Any) -> tuple[_Answer, bool, float]:
+        usage = _Usage()
+        start = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.config.deadline_s):
+                answer, hit = await self._cache.get_or_compute(key, lambda: compute(usage))
+        except TimeoutError:
+            self._metrics.judge_requests.labels(self.name, "deadline").inc()
+            last = f"; last error: {usage.last_error}" if usage.last_error else ""
+            raise JudgeUnavailableError(self._redact(
+                f"judge {self.name!r}: no answer within the {self.config.deadline_s:g}s "
+                f"deadline after {usage.requests} request(s){last}")) from None
+        if hit:
+            self._metrics.judge_cache_hits.labels(self.name).inc()
+        return answer, hit, (time.perf_counter() - start) * 1000.0
+
+    def _info(self, usage: _Usage, latency_ms: float, hit: bool) -> JudgeInfo:
+        if hit:
+            return JudgeInfo(backend="openai", model=self.config.model, latency_ms=latency_ms,
+                             cached=True)
+        return JudgeInfo(backend="openai", model=self.config.model, latency_ms=latency_ms,
+                         requests=usage.requests, tokens_in=usage.tokens_in,
+                         tokens_out=usage.tokens_out, cost_usd=self._cost(usage))
+
+    def _cost(self, usage: _Usage) -> float:
+        return (usage.tokens_in * self.config.price_input_per_1k
+                + usage.tokens_out * self.config.price_output_per_1k) / 1000.0
+
+    # --- question answering -----------------------------------------------------------
+
+    async def _judge(self, request: JudgeRequest, usage: _Usage) -> _Answer:
+        if self._use_logprobs:
+            messages = judge_messages(request, json_answer=False)
+            body = await self._send(self._payload(messages, max_tokens=1, logprobs=True),
+                                    usage)
+            try:
+                dist = first_token_distribution(body)
+                return _Answer(option_probabilities(dist, request.options), usage)
+            except MissingLogprobsError as exc:
+                if self.config.logprobs == "always":
+                    raise JudgeError(f"judge {self.name!r} returned no logprobs ({exc}); set "
+                                     f"logprobs: auto or never for this backend") from None
+                # auto: this backend does not do logprobs; stop asking for them.
+                self._use_logprobs = False
+                _log.warning("judge_logprobs_unavailable", judge=self.name, detail=str(exc))
+            except OptionsNotFoundError as exc:
+                if self.config.on_missing_options != "json":
+                    raise JudgeError(f"judge {self.name!r}: {exc}") from None
+        return await self._judge_json(request, usage)
+
+    async def _judge_json(self, request: JudgeRequest, usage: _Usage) -> _Answer:
+        messages = judge_messages(request, json_answer=True)
+        body = await self._send(
+            self._payload(messages, max_tokens=self.config.json_max_tokens, logprobs=False),
+            usage)
+        option = parse_json_answer(self._content(body), request.options)
+        return _Answer({o: 1.0 if o == option else 0.0 for o in request.options}, usage)
+
+    async def _generate(self, request: GenerateRequest, usage: _Usage) -> _Answer:
+        messages = generate_messages(request)
+        body = await self._send(
+            self._payload(messages, max_tokens=request.max_tokens, logprobs=False), usage)
+        text = self._content(body).strip()
+        value: Any = None
+        if request.json_schema_hint:
+            try:
+                value = json.loads(unfence(text))
+            except ValueError:
+                raise JudgeError(f"judge {self.name!r}: {request.task} answer is not valid "
+                                 f"JSON ({len(text)} chars)") from None
+        return _Answer({}, usage, text=text, value=value)
+
+    def _payload(self, messages: list[dict[str, str]], *, max_tokens: int,
+                 logprobs: bool) -> dict[str, Any]:
+        n = self.config.top_logprobs
+        if self.config.api == "chat":
+            payload: dict[str, Any] = {"model": self.config.model, "messages": messages,
+                                       "max_tokens": max_tokens, "temperature": 0}
+            if logprobs:
+                payload.update(logprobs=True, top_logprobs=n)
+            return payload
+        prompt = messages_to_prompt(messages, answer_prefix="Answer:")
+        if self.config.api == "completions":
+            payload = {"model": self.config.model, "prompt": prompt, "max_tokens": max_tokens,
+                       "temperature": 0}
+            if logprobs:
+                payload["logprobs"] = n
+            return payload
+        payload = {"prompt": prompt, "n_predict": max_tokens, "temperature": 0,
+                   "cache_prompt": True}
+        if logprobs:
+            payload["n_probs"] = n
+        return payload
+
+    def _content(self, body: Any) -> str:
+        try:
+            if self.config.api == "llamacpp":
+                text = body["content"]
+            elif self.config.api == "completions":
+                text = body["choices"][0]["text"]
+            else:
+                text = body["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise JudgeError(f"judge {self.name!r}: response has no answer text") from None
+        if not isinstance(text, str):
+            raise JudgeError(f"judge {self.name!r}: response has no answer text")
+        return text
+
+    # --- one logical request with limits, breaker and retries ---------------------------
+
+    async def _send(self, payload: dict[str, Any], usage: _Usage) -> Any:
+        estimate = len(json.dumps(payload, ensure_ascii=False)) // 4 + int(
+            payload.get("max_tokens") or payload.get("n_predict") or 1)
+        attempt = 0
+        while True:
+            probe = await self._breaker.acquire()
+            try:
+                if self._rps is not None:
+                    await self._rps.take(1.0)
+                if self._tpm is not None:
+                    await self._tpm.take(float(estimate))
+                attempt += 1
+                usage.requests += 1
+                body, error = await self._attempt(payload, usage)
+            except BaseException:
+                await self._breaker.abandon(probe=probe)
+                raise
+            server_ok = error is None or not (error.status is None or error.status >= 500
+                                              or error.status == 200)
+            await self._breaker.record(server_ok, probe=probe)
+            if error is None:
+                self._metrics.judge_requests.labels(self.name, "ok").inc()
+                if self._tpm is not None and usage.tokens_in + usage.tokens_out > estimate:
+                    self._tpm.debit(usage.tokens_in + usage.tokens_out - estimate)
+                return body
+            usage.last_error = str(error)
+            if not self.should_retry(error) or attempt > self.config.max_retries:
+                self._metrics.judge_requests.labels(self.name, "error").inc()
+                final = f"{error} (after {attempt} attempt{'s' if attempt > 1 else ''})"
+                _log.error("judge_request_failed", judge=self.name, status=error.status,
+                           attempts=attempt, retryable=error.retryable)
+                raise JudgeError(self._redact(final), retryable=error.retryable,
+                                 status=error.status, retry_after=error.retry_after)
+            outcome = "rate_limited" if error.status == 429 else "retry"
+            self._metrics.judge_requests.labels(self.name, outcome).inc()
+            delay = backoff_delay(attempt, self.config.backoff_base_s, self.config.backoff_max_s,
+                                  error.retry_after)
+            _log.warning("judge_request_retry", judge=self.name, status=error.status,
+                         attempt=attempt, delay_s=round(delay, 3))
+            await asyncio.sleep(delay)
+
+    async def _attempt(self, payload: dict[str, Any],
+                       usage: _Usage) -> tuple[Any, JudgeError | None]:
+        """One HTTP exchange: (parsed body, None) or (None, classified error)."""
+        async with self._semaphore:
+            self._in_flight.inc()
+            start = time.perf_counter()
+            try:
+                response = await self._client.post(self._path, json=payload)
+            except httpx.TimeoutException as exc:
+                return None, JudgeError(
+                    f"judge {self.name!r}: {type(exc).__name__} after "
+                    f"{self.config.timeout_s:g}s talking to {self._host}", retryable=True)
+            except httpx.TransportError as exc:
+                return None, JudgeError(
+                    f"judge {self.name!r}: {type(exc).__name__} talking to {self._host}",
+                    retryable=True)
+            finally:
+                self._in_flight.dec()
+                self._metrics.judge_latency.labels(self.name).observe(
+                    time.perf_counter() - start)
+        return self._classify(response, usage)
+
+    def _classify(self, response: httpx.Response,
+                  usage: _Usage) -> tuple[Any, JudgeError | None]:
+        status = response.status_code
+        if 200 <= status < 300:
+            try:
+                body = response.json()
+            except ValueError:
+                # A proxy or a crashing server; status 200 marks it for the breaker.
+                return None, JudgeError(f"judge {self.name!r}: HTTP {status} with a non-JSON "
+                                        f"body from {self._host}", retryable=True, status=200)
+            self._account(body, usage)
+            return body, None
+        retry_after = parse_retry_after(response.headers.get("retry-after"))
+        detail = self._error_detail(response)
+        if status == 429 or status == 408 or status >= 500:
+            return None, JudgeError(f"judge {self.name!r}: HTTP {status} from {self._host}"
+                                    f"{detail}", retryable=True, status=status,
+                                    retry_after=retry_after)
+        hint = _NON_RETRYABLE_HINT.get(status, "client error")
+        return None, JudgeError(f"judge {self.name!r}: HTTP {status} from {self._host}: "
+                                f"{hint}{detail}", retryable=False, status=status)
+
+    def _error_detail(self, response: httpx.Response) -> str:
+        try:
+            body = response.json()
+        except ValueError:
+            return ""
+        message = None
+        if isinstance(body, Mapping):
+            error = body.get("error")
+            if isinstance(error, Mapping):
+                message = error.get("message")
+            elif isinstance(error, str):
+                message = error
+        return f" ({self._redact(str(message))[:200]})" if message else ""
+
+    def _account(self, body: Any, usage: _Usage) -> None:
+        tokens_in = tokens_out = 0
+        if isinstance(body, Mapping):
+            u = body.get("usage")
+            if isinstance(u, Mapping):
+                tokens_in = int(u.get("prompt_tokens") or 0)
+                tokens_out = int(u.get("completion_tokens") or 0)
+            else:  # llama.cpp native
+                tokens_in = int(body.get("tokens_evaluated") or 0)
+                tokens_out = int(body.get("tokens_predicted") or 0)
+        usage.tokens_in += tokens_in
+        usage.tokens_out += tokens_out
+        if tokens_in:
+            self._metrics.judge_tokens.labels(self.name, "in").inc(tokens_in)
+        if tokens_out:
+            self._metrics.judge_tokens.labels(self.name, "out").inc(tokens_out)
+        cost = (tokens_in * self.config.price_input_per_1k
+                + tokens_out * self.config.price_output_per_1k) / 1000.0
+        if cost:
+            self._metrics.judge_cost.labels(self.name).inc(cost)
+
+    def _redact(self, text: str) -> str:
+        if self._secret and self._secret in text:
+            text = text.replace(self._secret, "***")
+        return text
+
+
+@judge_backend("openai")
+def _make_openai(name: str, config: Any, metrics: Metrics,
+                 built: Mapping[str, Judge]) -> Judge:
+    del built
+    if not isinstance(config, OpenAIJudgeConfig):  # pragma: no cover - registry guarantees
+        raise TypeError(f"judges.{name}: expected an openai config")
+    return OpenAIJudge(name, config, metrics)

@@ -1,0 +1,174 @@
+"""Resilience primitives for remote judges: token buckets, a circuit breaker, backoff.
+
+All of them *wait* rather than fail: a caller that is rate limited or meets an open
+circuit sleeps, which holds its evaluation slot and so backpressures the Kafka consumer.
+The caller's deadline (``asyncio.timeout``) is what finally gives up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import enum
+import random
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+__all__ = ["CircuitBreaker", "CircuitState", "TokenBucket", "backoff_delay", "parse_retry_after"]
+
+
+class TokenBucket:
+    """A token bucket: ``rate`` tokens per second, bursts up to ``capacity``.
+
+    Waiters are served in arrival order (one lock), so a large request cannot be starved by
+    a stream of small ones. The balance may go negative when :meth:`debit` corrects an
+    estimate after the fact; later takers then wait for the debt to refill.
+    """
+
+    def __init__(self, rate: float, capacity: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.capacity = capacity
+        self._tokens = capacity
+        self._clock = clock
+        self._stamp = clock()
+        self._lock = asyncio.Lock()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(self.capacity, self._tokens + (now - self._stamp) * self.rate)
+        self._stamp = now
+
+    async def take(self, amount: float = 1.0) -> float:
+        """Wait until ``amount`` tokens are available and take them; return the wait (s)."""
+        amount = min(amount, self.capacity)  # a request larger than a burst still passes
+        waited = 0.0
+        async with self._lock:
+            while True:
+                self._refill()
+                if self._tokens >= amount:
+                    self._tokens -= amount
+                    return waited
+                delay = (amount - self._tokens) / self.rate
+                waited += delay
+                await asyncio.sleep(delay)
+
+    def debit(self, amount: float) -> None:
+        """Take ``amount`` more without waiting (actual usage exceeded the estimate)."""
+        self._refill()
+        self._tokens -= amount
+
+
+class CircuitState(enum.IntEnum):
+    """Gauge values: 0 closed, 1 half-open, 2 open."""
+
+    CLOSED = 0
+    HALF_OPEN = 1
+    OPEN = 2
+
+
+class CircuitBreaker:
+    """Closed -> open after ``failures`` consecutive failures; half-open after ``reset_s``.
+
+    While open, :meth:`acquire` waits (it never raises). In half-open one probe request is
+    let through; its success closes the circuit, its failure opens it again for another
+    ``reset_s``. ``on_change`` receives every new state (the metrics gauge).
+    """
+
+    def __init__(self, failures: int, reset_s: float,
+                 on_change: Callable[[CircuitState], None] = lambda _s: None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.failures = failures
+        self.reset_s = reset_s
+        self.state = CircuitState.CLOSED
+        self._consecutive = 0
+        self._opened_at = 0.0
+        self._probing = False
+        self._on_change = on_change
+        self._clock = clock
+        self._cond = asyncio.Condition()
+
+    def _set(self, state: CircuitState) -> None:
+        if state is not self.state:
+            self.state = state
+            self._on_change(state)
+        if state is CircuitState.OPEN:
+            self._opened_at = self._clock()
+
+    async def acquire(self) -> bool:
+        """Wait until a request may go out. Returns True when it is the half-open probe."""
+        async with self._cond:
+            while True:
+                if self.state is CircuitState.CLOSED:
+                    return False
+                if self.state is CircuitState.OPEN:
+                    wait = self._opened_at + self.reset_s - self._clock()
+                    if wait <= 0:
+                        self._set(CircuitState.HALF_OPEN)
+                        self._probing = True
+                        return True
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._cond.wait(), timeout=wait)
+                    continue
+                if not self._probing:
+                    self._probing = True
+                    return True
+                await self._cond.wait()
+
+    async def record(self, ok: bool, *, probe: bool = False) -> None:
+        """Record an outcome: ``ok`` = the backend answered (even with a client error)."""
+        async with self._cond:
+            if probe:
+                self._probing = False
+            if ok:
+                self._consecutive = 0
+                self._set(CircuitState.CLOSED)
+            else:
+                self._consecutive += 1
+                if probe or (self.state is CircuitState.CLOSED
+                             and self._consecutive >= self.failures):
+                    self._set(CircuitState.OPEN)
+            self._cond.notify_all()
+
+    async def abandon(self, *, probe: bool) -> None:
+        """A request ended without an outcome (cancelled): free the probe slot."""
+        if probe:
+            async with self._cond:
+                self._probing = False
+                self._cond.notify_all()
+
+
+def backoff_delay(attempt: int, base: float, cap: float, retry_after: float | None = None,
+                  rng: random.Random | None = None) -> float:
+    """Seconds before retry number ``attempt`` (1-based).
+
+    "Full jitter" exponential backoff (uniform in [base, min(cap, base * 2**attempt)]) so
+    many workers that failed together do not retry together; a server's ``Retry-After`` is
+    a floor, honoured even above ``cap`` (the caller's deadline still bounds the wait).
+    """
+    r = rng or random
+    ceiling = min(cap, base * (2 ** attempt))
+    delay = r.uniform(min(base, ceiling), ceiling)
+    if retry_after is not None:
+        delay = max(delay, retry_after + r.uniform(0, base / 2))
+    return delay
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """``Retry-After`` as seconds: delta-seconds or an HTTP date; None when absent or bad."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
