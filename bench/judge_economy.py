@@ -14,14 +14,22 @@ Run: ``python bench/judge_economy.py``
 from __future__ import annotations
 
 import asyncio
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from evalstream.config import EvaluatorSpec
+from evalstream.config import EvaluatorSpec, OpenAIJudgeConfig
 from evalstream.evaluators import registry
 from evalstream.events import JudgeInfo, Message, TraceEvent
 from evalstream.judges.base import GenerateRequest, Generation, Judge, Judgement, JudgeRequest
 from evalstream.judges.prompt import generate_messages, judge_messages
+from evalstream.judges.registry import build_judges, close_judges
+from evalstream.metrics import Metrics
+
+# The local OpenAI-compatible test server lives with the tests (repo root on the path).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support.llm_server import llm_server
 
 ROLE = ("A customer-support assistant for Acme's online shop: answers questions about orders, "
         "deliveries, returns and refunds; politely declines anything else.")
@@ -94,6 +102,27 @@ def row(label: str, requests: int, chars: int, evaluations: int) -> str:
             "1 output token/req")
 
 
+async def over_http(name: str, params: dict[str, Any], events: list[TraceEvent]
+                    ) -> tuple[int, int, int, int]:
+    """(POSTs, prompt chars, prompt tokens, max output tokens) seen by a local server."""
+    async with llm_server(distribution={"yes": 0.9, "no": 0.1}) as server:
+        config = OpenAIJudgeConfig(base_url=server.url, model="judge", cache_size=0)
+        judges = build_judges({"llm": config}, Metrics())
+        try:
+            evaluator = registry.create(EvaluatorSpec(evaluator=name, judge="llm",
+                                                      params=params), judges, where="bench")
+            for event in events:
+                await evaluator.evaluate(event)
+        finally:
+            await close_judges(judges)
+        posts = server.posts
+        chars = sum(len(m["content"]) for p in posts for m in p.body["messages"])
+        # The server's own estimate (body JSON / 4), as it reports in ``usage``.
+        tokens = sum(max(1, len(p.raw) // 4) for p in posts)
+        max_out = max((int(p.body.get("max_tokens", 0)) for p in posts), default=0)
+        return len(posts), chars, tokens, max_out
+
+
 async def main() -> None:
     events = stream(TURNS)
     last = events[-1]
@@ -117,6 +146,15 @@ async def main() -> None:
     print(row("role_adherence, only_last_turn (one event)", last_req, last_chars, 1))
     ta_req, ta_chars, _ = await measure("topic_adherence", {"criteria": CRITERIA}, [last])
     print(row("topic_adherence, one event with the 4 turns", ta_req, ta_chars, 1))
+
+    print("\nMeasured at a local OpenAI-compatible server (chat completions, logprobs):")
+    for label, name, params, evs in (
+            ("role_adherence, stream of 2 events", "role_adherence", role, events),
+            ("topic_adherence, one event with the 4 turns", "topic_adherence",
+             {"criteria": CRITERIA}, [last])):
+        posts, sent, tokens, max_out = await over_http(name, params, evs)
+        print(f"  {label:<46} {posts} POSTs, {sent:,} prompt chars ({sent / len(evs):,.0f} per "
+              f"evaluation), ~{tokens:,} request tokens, max_tokens {max_out}")
 
     six = stream([(r, f"{c} ({i // 4})") for i, (r, c) in enumerate(TURNS * 3)])
     s_req, _, _ = await measure("role_adherence", role, six)
