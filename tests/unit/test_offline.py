@@ -170,3 +170,29 @@ def test_summary_binary_and_label_figures() -> None:
     summary.add(_result(score=1.0, passed=True), None)
     assert "| x | y | 1 | 0 |" in summary.markdown()
     assert math.isclose(summary.by_key[("x", "y")].score_sum, 1.0)
+
+
+def test_main_with_config_flat_events_and_judge_override(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        # "other" is unreachable: only the --judge override makes these results ok.
+        "judges:\n  other: {type: openai, base_url: 'http://127.0.0.1:9/v1', model: m,"
+        " max_retries: 0, timeout_s: 1, deadline_s: 2}\n"
+        "  builtin2: {type: builtin}\n"
+        "routes:\n  - name: support\n    evaluators:\n"
+        "      - {evaluator: refusal, judge: other}\n"
+        "      - {evaluator: sentiment, judge: other, params: {source: output}}\n",
+        encoding="utf-8")
+    write(tmp_path / "events.jsonl", [
+        {"event_id": "a", "input": "hi", "output": "I can't help with that, sorry."},
+        {"event_id": "b", "input": "hi", "output": "Happy to help, great question!"}])
+    args = argparse.Namespace(config=config, input=[str(tmp_path / "events.jsonl")],
+                              output=tmp_path / "out.jsonl", judge="builtin2", topic=None,
+                              concurrency=2, markdown=None, no_progress=True)
+    assert offline.main(args) == 0
+    results = [load_json(x) for x in (tmp_path / "out.jsonl").read_bytes().splitlines()]
+    assert len(results) == 4
+    assert {r["route"] for r in results} == {"support"}
+    assert {r["evaluator"] for r in results} == {"refusal", "sentiment"}
+    assert all(r["status"] == "ok" for r in results)
+    assert all(r["judge"]["backend"] == "builtin" for r in results)

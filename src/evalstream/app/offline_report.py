@@ -63,7 +63,8 @@ class EvaluatorSummary:
     graded: int = 0
     score_sum: float = 0.0
     scored: int = 0
-    #: (gold, predicted, p(gold) or p(good), calibration confidence, correct) per gold item.
+    #: Per gold-labelled item: gold and predicted label, Brier term, confidence in the
+    #: prediction (for calibration) and whether it was right.
     gold: list[str] = field(default_factory=list)
     predicted: list[str] = field(default_factory=list)
     brier: list[float] = field(default_factory=list)
