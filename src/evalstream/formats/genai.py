@@ -64,6 +64,20 @@ _LLM_MARKERS = (
     "gen_ai.output.messages", "gen_ai.prompt.0.content", "gen_ai.prompt.0.role",
     "gen_ai.completion.0.content", "llm.model_name", "llm.input_messages.0.message.role",
 )
+#: A span without any of these (and without events) carries no content: no reader can
+#: find any, so they are not run.
+_CONTENT_KEYS = frozenset({
+    "gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions",
+    "gen_ai.prompt.0.role", "gen_ai.prompt.0.content", "gen_ai.completion.0.content",
+    "gen_ai.completion.0.role", "gen_ai.completion.0.finish_reason",
+    "llm.input_messages.0.message.role", "llm.input_messages.0.message.content",
+    "llm.input_messages.0.message.contents.0.message_content.text",
+    "llm.input_messages.0.message.contents.0.message_content.type",
+    "llm.output_messages.0.message.role", "llm.output_messages.0.message.content",
+    "llm.output_messages.0.message.contents.0.message_content.text",
+    "llm.output_messages.0.message.contents.0.message_content.type",
+    "input.value", "output.value",
+})
 _SESSION_KEYS = ("gen_ai.conversation.id", "session.id")
 #: TraceEvent.attributes name -> span attribute keys tried in order.
 _SPAN_ATTRIBUTES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -157,13 +171,12 @@ class Resource:
         self.environment = attrs.first_text(_ENVIRONMENT_KEYS)
 
 
-class SpanView(ABC):
-    """One span as the extractor needs it; implemented by each OTLP encoding."""
+class SpanView(Attrs, ABC):
+    """One span as the extractor needs it: its attributes (the :class:`Attrs` part, set by
+    the subclass constructor) and accessors implemented by each OTLP encoding. One object
+    per span, no more: this is allocated for every span of every message."""
 
-    __slots__ = ("attrs",)
-
-    #: Set by the subclass constructor.
-    attrs: Attrs
+    __slots__ = ()
 
     @abstractmethod
     def ids(self) -> tuple[str, str]:
@@ -176,6 +189,10 @@ class SpanView(ABC):
     @abstractmethod
     def name(self) -> str:
         """The span name."""
+
+    @abstractmethod
+    def has_events(self) -> bool:
+        """Whether the span has events (cheap; :meth:`events` builds them)."""
 
     @abstractmethod
     def events(self) -> list[tuple[str, AttrGetter]]:
@@ -199,7 +216,9 @@ def _classify(attrs: Attrs, kinds: frozenset[str]) -> tuple[str | None, str | No
 
 def _read_content(span: SpanView) -> Content | None:
     """Content from the first convention the span carries, newest first."""
-    get = span.attrs.get
+    if _CONTENT_KEYS.isdisjoint(span.raw) and not span.has_events():
+        return None  # the common case in production: content capture is off
+    get = span.get
     found = read_semconv(get)
     if found is None or found.empty():
         found = read_semconv_events(span.events())
@@ -245,7 +264,7 @@ class BatchBuilder:
             self.skipped["bad_span"] += 1
 
     def _add(self, span: SpanView, resource: Resource) -> None:
-        attrs = span.attrs
+        attrs = span
         operation, reason = _classify(attrs, self._options.llm_operations)
         if reason is not None:
             if reason == "not_llm":
@@ -263,7 +282,7 @@ class BatchBuilder:
             trace_id, end_ns or start_ns))
 
     def _keep_documents(self, span: SpanView) -> None:
-        docs = retrieval_documents(span.attrs.get)
+        docs = retrieval_documents(span.get)
         if docs:
             trace_id, _ = span.ids()
             start_ns, end_ns = span.times()
@@ -271,7 +290,7 @@ class BatchBuilder:
 
     def _fields(self, span: SpanView, resource: Resource, content: Content,
                 operation: str | None, trace_id: str, span_id: str, ns: int) -> dict[str, Any]:
-        attrs = span.attrs
+        attrs = span
         options = self._options
         last_user = None
         for role, text in reversed(content.turns):
@@ -302,7 +321,7 @@ class BatchBuilder:
 
     def _attributes(self, span: SpanView, resource: Resource, content: Content,
                     operation: str | None) -> dict[str, str]:
-        attrs = span.attrs
+        attrs = span
         raw_get = attrs.raw.get
         convert = attrs.convert
         out: dict[str, str] = {"operation": operation} if operation else {}

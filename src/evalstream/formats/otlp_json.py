@@ -90,7 +90,9 @@ class _JsonSpan(SpanView):
     __slots__ = ("span",)
 
     def __init__(self, span: dict[str, Any]) -> None:
-        self.attrs = _attrs(span.get("attributes"))
+        attributes = span.get("attributes")
+        self.raw = {kv["key"]: kv.get("value") for kv in attributes} if attributes else {}
+        self.convert = any_value
         self.span = span
 
     def ids(self) -> tuple[str, str]:
@@ -105,6 +107,9 @@ class _JsonSpan(SpanView):
     def name(self) -> str:
         name = self.span.get("name")
         return name if isinstance(name, str) else ""
+
+    def has_events(self) -> bool:
+        return bool(self.span.get("events"))
 
     def events(self) -> list[tuple[str, AttrGetter]]:
         return [(str(event.get("name") or ""), _attrs(event.get("attributes")).get)

@@ -64,7 +64,8 @@ class _ProtoSpan(SpanView):
     __slots__ = ("span",)
 
     def __init__(self, span: Any) -> None:
-        self.attrs = Attrs({kv.key: kv.value for kv in span.attributes}, any_value)
+        self.raw = {kv.key: kv.value for kv in span.attributes}
+        self.convert = any_value
         self.span = span
 
     def ids(self) -> tuple[str, str]:
@@ -81,6 +82,9 @@ class _ProtoSpan(SpanView):
     def name(self) -> str:
         name: str = self.span.name
         return name
+
+    def has_events(self) -> bool:
+        return len(self.span.events) > 0
 
     def events(self) -> list[tuple[str, AttrGetter]]:
         return [(event.name, _attrs(event.attributes).get) for event in self.span.events]
