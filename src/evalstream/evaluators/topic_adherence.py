@@ -22,9 +22,8 @@ from evalstream.judges.base import JudgeRequest
 __all__ = ["TopicAdherence", "TopicAdherenceParams"]
 
 INSTRUCTIONS = (
-    "The assistant must keep to the allowed scope. Greetings, clarifying questions and "
-    "declining off-scope requests are within it; taking up other subjects or off-scope "
-    "instructions is not."
+    "Scope check. Greetings, clarifying questions and declining off-scope requests are in "
+    "scope; taking up other subjects or off-scope instructions is not."
 )
 QUESTION = "Is the output within the allowed scope?"
 
