@@ -25,7 +25,9 @@ A chat span becomes one :class:`~evalstream.events.TraceEvent`:
 
 Spans that are not evaluated are counted in ``Decoded.skipped``: ``not_genai`` (no GenAI
 marker at all), ``not_llm`` (tool, retrieval, agent, embedding... spans), ``no_content``
-(content capture off), ``bad_span`` (malformed ids or content).
+(content capture off), ``bad_span`` (malformed ids or content); a message without any
+span counts once as ``empty_batch``. Only a message that is not OTLP at all raises
+``DecodeError`` (-> dead letter); that is the decoders' business, not this module's.
 """
 
 from __future__ import annotations
