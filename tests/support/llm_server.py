@@ -131,7 +131,7 @@ class FakeLLM:
                 self.concurrent += 1
                 self.max_concurrent = max(self.max_concurrent, self.concurrent)
                 try:
-                    keep = await self._respond(writer, path, body)
+                    keep = await self._respond(writer, path, body, headers)
                 finally:
                     self.concurrent -= 1
                 if not keep:
@@ -145,7 +145,8 @@ class FakeLLM:
             with contextlib.suppress(Exception):
                 writer.close()
 
-    async def _respond(self, writer: asyncio.StreamWriter, path: str, body: Any) -> bool:
+    async def _respond(self, writer: asyncio.StreamWriter, path: str, body: Any,
+                       headers: dict[str, str]) -> bool:
         fault = self._faults.popleft() if self._faults else self.always
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
@@ -164,8 +165,9 @@ class FakeLLM:
             await self._send(writer, int(fault), {"error": {"message": "upstream overloaded"}})
             return True
         if fault == "401":
-            key = "sk-...redacted"
-            await self._send(writer, 401, {"error": {"message": f"Incorrect API key {key}",
+            # Echo the credential back, as some gateways do, to prove the client scrubs it.
+            key = headers.get("authorization", headers.get("api-key", "")).removeprefix("Bearer ")
+            await self._send(writer, 401, {"error": {"message": f"Incorrect API key: {key}",
                                                      "type": "invalid_request_error"}})
             return True
         if fault == "400":
