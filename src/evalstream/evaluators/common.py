@@ -191,10 +191,16 @@ class AsyncMemo(Generic[T]):
         if self.max_entries == 0:  # caching disabled
             self.misses += 1
             return await compute()
-        future = self._entries.get(key)
-        if future is not None:
+        while (future := self._entries.get(key)) is not None:
             self._entries.move_to_end(key)
-            return await asyncio.shield(future)
+            try:
+                return await asyncio.shield(future)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if future.cancelled() and not (task is not None and task.cancelling()):
+                    # The evaluation computing it was cancelled, not this one: compute anew.
+                    continue
+                raise
         self.misses += 1
         future = asyncio.get_running_loop().create_future()
         self._entries[key] = future
