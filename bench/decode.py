@@ -202,7 +202,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short smoke run")
     args = parser.parse_args()
     seconds = 1.0 if args.quick else 6.0
-    messages = 4 if args.quick else 20
+    messages = 4 if args.quick else 8
 
     decoders = {fmt: decoder_for(InputTopic(topic="bench", format=fmt))  # type: ignore[arg-type]
                 for fmt in ("otlp_proto", "otlp_json", "flat_json")}
