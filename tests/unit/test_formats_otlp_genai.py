@@ -165,3 +165,16 @@ def test_token_and_finish_attributes_are_flat_strings() -> None:
     assert event.attributes["input_tokens"] == "12"
     assert event.attributes["finish_reasons"] == "stop,length"
     assert event.attributes["model"] == "true"
+
+
+def test_legacy_content_that_merely_looks_like_json_is_kept() -> None:
+    typed = '[{"type": "text", "text": "Describe this"}, {"type": "image_url", "image_url": {}}]'
+    user_json = '[{"id": 1, "qty": 2}]'
+    only_image = '[{"type": "image_url", "image_url": {"url": "https://x/y.png"}}]'
+    decoded = decode(*[
+        span(f"900000000000000{i}", [kv("llm.request.type", "chat"),
+                                     kv("gen_ai.prompt.0.role", "user"),
+                                     kv("gen_ai.prompt.0.content", content)])
+        for i, content in enumerate([typed, user_json, only_image])])
+    assert [e.input for e in decoded.events] == ["Describe this", user_json]
+    assert decoded.skipped == {"no_content": 1}  # an image alone has no text to judge

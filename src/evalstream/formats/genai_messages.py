@@ -182,14 +182,16 @@ def _add_system(content: Content, value: Any) -> None:
 
 
 def _maybe_parts(text: str) -> str:
-    """Legacy/OpenInference content that is a JSON list of parts (multimodal) -> its text."""
+    """Legacy/OpenInference content that is a JSON list of typed parts (multimodal) -> its
+    text; anything else (including a user who typed JSON) is kept as it is."""
     if text.startswith("[{"):
         try:
             parsed = load_json(text)
         except ValueError:
             return text
-        if isinstance(parsed, list) and all(isinstance(p, dict) for p in parsed):
-            return parts_text(parsed)
+        if isinstance(parsed, list) and all(isinstance(p, dict) and "type" in p
+                                            for p in parsed):
+            return parts_text(parsed)  # image-only turns have no text to judge
     return text
 
 
