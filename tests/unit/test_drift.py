@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 
 import pytest
 
@@ -11,12 +12,16 @@ from evalstream.config.drift import DriftSettings
 from evalstream.drift import (
     BernoulliCusum,
     Detector,
+    LabelWindow,
     SlidingCounts,
     average_run_length,
+    chi2_sf,
     design_cusum,
     format_window,
+    g_test,
     wilson_interval,
 )
+from evalstream.drift.mix import MAX_LABELS, chi2_isf
 
 
 def test_wilson_matches_known_values() -> None:
@@ -97,11 +102,11 @@ def test_average_run_length_closed_forms() -> None:
 
 
 def test_average_run_length_matches_simulation() -> None:
-    design = design_cusum(0.2, 0.2, 500)
+    design = design_cusum(0.2, 0.2, 100)
     assert design is not None
     rng = random.Random(1)
     total = 0
-    runs = 4000
+    runs = 3000
     for _ in range(runs):
         cusum = BernoulliCusum(design)
         n = 0
@@ -201,3 +206,43 @@ def test_settings_reject_bad_values() -> None:
         DriftSettings(baselines={"r/e": 1.0})
     with pytest.raises(ValueError, match="multiple of bucket_s"):
         DriftSettings(windows_s=[305], bucket_s=10)
+
+
+@pytest.mark.parametrize(("x", "df", "p"), [
+    (3.841459, 1, 0.05), (5.991465, 2, 0.05), (18.307038, 10, 0.05), (0.5, 3, 0.918891),
+    (0.001, 1, 0.974773), (40.0, 30, 0.104864),
+])
+def test_chi2_survival_matches_tables(x: float, df: int, p: float) -> None:
+    assert chi2_sf(x, df) == pytest.approx(p, rel=1e-4)
+    assert chi2_isf(chi2_sf(x, df), df) == pytest.approx(x, rel=1e-6)
+    # df = 2 has the closed form exp(-x/2).
+    assert chi2_sf(x, 2) == pytest.approx(math.exp(-x / 2), rel=1e-9)
+
+
+def test_g_test_flags_a_changed_mix_and_passes_the_same_mix() -> None:
+    baseline = Counter({"billing": 600, "shipping": 350, "other": 50})
+    same = g_test(Counter({"billing": 61, "shipping": 34, "other": 5}), baseline)
+    assert same is not None
+    assert same.p_value > 0.5
+    moved = g_test(Counter({"billing": 20, "shipping": 75, "other": 5}), baseline)
+    assert moved is not None
+    assert moved.p_value < 1e-10
+    assert moved.df == 2
+    assert moved.label in {"billing", "shipping"}
+    # A label the baseline never saw is expected rarely, not never (no infinite G).
+    new = g_test(Counter({"billing": 10, "refunds": 2}), Counter({"billing": 100}))
+    assert new is not None
+    assert math.isfinite(new.g)
+    assert g_test(Counter(), baseline) is None
+
+
+def test_label_window_is_bounded_in_time_and_labels() -> None:
+    window = LabelWindow(bucket_s=1, horizon_s=10)
+    for i in range(MAX_LABELS + 10):
+        window.add(float(i) * 0.01, f"label{i}")
+    counts = window.counts(1.0, 10)
+    assert sum(counts.values()) == MAX_LABELS + 10
+    assert len(counts) == MAX_LABELS + 1  # the rest share one overflow bucket
+    window.add(50.0, "label0")
+    window.add(50.0, "never-seen")  # the label set is full: counted as overflow
+    assert window.counts(50.0, 10) == Counter({"label0": 1, "(more)": 1})

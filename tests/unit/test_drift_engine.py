@@ -97,8 +97,9 @@ def test_off_topic_share_spike_fires_label_share_alert() -> None:
         engine.observe(result(None, evaluator="topic", label=label), t)
         t += 0.25
     alerts = engine.drain_alerts(t)
-    assert [a.kind for a in alerts] == ["label_share"]
-    alert = alerts[0]
+    # The watched share rose, and with it the whole mix moved.
+    assert sorted(a.kind for a in alerts) == ["label_mix", "label_share"]
+    alert = next(a for a in alerts if a.kind == "label_share")
     assert alert.evaluator == "topic"
     assert alert.baseline == pytest.approx(0.05, abs=0.04)
     assert alert.current is not None
@@ -126,3 +127,54 @@ def test_configured_baseline_per_route_and_evaluator() -> None:
     baselines = {d.route: d.baseline_bad for d in engine.detectors()}
     assert baselines["chat"] == pytest.approx(0.1)
     assert baselines["rag"] == pytest.approx(0.2)
+
+
+def test_label_mix_shift_without_more_other_fires_only_the_mix_test() -> None:
+    rng = random.Random(11)
+    engine = DriftEngine(SETTINGS)
+    t = 0.0
+
+    def feed(n: int, weights: dict[str, float]) -> list[str]:
+        nonlocal t
+        kinds: list[str] = []
+        labels, w = list(weights), list(weights.values())
+        for _ in range(n):
+            label = rng.choices(labels, w)[0]
+            engine.observe(result(None, evaluator="topic", label=label), t)
+            t += 0.25
+            if int(t * 4) % 4 == 0:  # the monitor ticks once a second
+                kinds += [f"{a.kind}:{a.state}" for a in engine.drain_alerts(t)]
+        return kinds
+
+    assert feed(800, {"billing": 0.6, "shipping": 0.35, "other": 0.05}) == []
+    # Billing questions turn into shipping complaints; "other" stays at 5%.
+    fired = feed(400, {"billing": 0.2, "shipping": 0.75, "other": 0.05})
+    assert fired == ["label_mix:firing"]
+    mix = next(d for d in engine.detectors() if d.kind == "label_mix")
+    assert mix.statistic is not None
+    assert mix.statistic > 30
+    resolved = feed(800, {"billing": 0.6, "shipping": 0.35, "other": 0.05})
+    assert resolved == ["label_mix:resolved"]
+
+
+def test_label_mix_alert_contents() -> None:
+    engine = DriftEngine(SETTINGS)
+    for i in range(200):
+        engine.observe(result(None, evaluator="sentiment",
+                              label="positive" if i % 2 else "neutral"), i * 0.1)
+    assert engine.drain_alerts(20.0) == []
+    assert engine.drain_alerts(100.0) == []  # an empty window is no evidence of anything
+    for i in range(60):
+        engine.observe(result(None, evaluator="sentiment", label="negative"), 100 + i * 0.1)
+    alerts = {a.kind: a for a in engine.drain_alerts(106.0)}
+    mix = alerts["label_mix"]
+    assert mix.state == "firing"
+    assert mix.severity == "info"
+    assert mix.n == 60  # the 1-minute window holds only the new labels
+    assert mix.current == pytest.approx(1.0)
+    assert mix.baseline is not None
+    assert mix.baseline < 0.01
+    assert mix.statistic is not None
+    assert mix.threshold is not None
+    assert mix.statistic > mix.threshold
+    assert "most changed label 'negative'" in mix.summary

@@ -12,7 +12,7 @@ Severity = Literal["info", "warning", "critical"]
 
 
 def _default_severities() -> dict[str, Severity]:
-    return {"pass_rate_drop": "warning", "label_share": "warning"}
+    return {"pass_rate_drop": "warning", "label_share": "warning", "label_mix": "info"}
 
 
 class DriftSettings(BaseModel):
@@ -64,9 +64,15 @@ class DriftSettings(BaseModel):
         default_factory=lambda: {"topic": "other", "sentiment": "negative"})
     #: Smallest absolute rise in the watched label's share worth detecting.
     label_min_shift: float = Field(default=0.10, gt=0.0, lt=1.0)
+    #: G-test of the whole label mix of watched evaluators (shortest window vs baseline):
+    #: fires below this p-value (small: it is re-tested every tick on overlapping windows)
+    #: ...
+    mix_alpha: float = Field(default=1e-6, gt=0.0, lt=0.5)
+    #: ... and resolves above this one (hysteresis).
+    mix_resolve_p: float = Field(default=0.01, gt=0.0, lt=1.0)
 
     # --- alerts -----------------------------------------------------------------------
-    #: Severity per alert kind (``pass_rate_drop``, ``label_share``).
+    #: Severity per alert kind (``pass_rate_drop``, ``label_share``, ``label_mix``).
     severities: dict[str, Severity] = Field(default_factory=_default_severities)
     #: Escalate to ``critical`` when the live window's whole interval sits this far beyond
     #: the baseline (upper bound below baseline - x, or lower bound above share + x).

@@ -1,8 +1,9 @@
 """Live pass rates, confidence bounds and drift detection (pure: no I/O).
 
 ``stats`` holds bucketed sliding windows with Wilson intervals, ``cusum`` the Bernoulli
-CUSUM and its threshold from a target false-alarm rate, ``engine`` the per-(route,
-evaluator) state that turns results into window estimates and alert transitions.
+CUSUM and its threshold from a target false-alarm rate, ``mix`` a G-test of a label mix,
+``engine`` the per-(route, evaluator) state that turns results into window estimates and
+alert transitions.
 """
 
 from evalstream.drift.cusum import (
@@ -12,6 +13,7 @@ from evalstream.drift.cusum import (
     design_cusum,
 )
 from evalstream.drift.engine import (
+    KIND_LABEL_MIX,
     KIND_LABEL_SHARE,
     KIND_PASS_RATE,
     Detector,
@@ -19,9 +21,11 @@ from evalstream.drift.engine import (
     Transition,
     format_window,
 )
+from evalstream.drift.mix import LabelWindow, MixDetector, chi2_sf, g_test
 from evalstream.drift.stats import Z95, SlidingCounts, WindowStats, wilson_interval
 
 __all__ = [
+    "KIND_LABEL_MIX",
     "KIND_LABEL_SHARE",
     "KIND_PASS_RATE",
     "Z95",
@@ -29,11 +33,15 @@ __all__ = [
     "CusumDesign",
     "Detector",
     "DriftEngine",
+    "LabelWindow",
+    "MixDetector",
     "SlidingCounts",
     "Transition",
     "WindowStats",
     "average_run_length",
+    "chi2_sf",
     "design_cusum",
     "format_window",
+    "g_test",
     "wilson_interval",
 ]

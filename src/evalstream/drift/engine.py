@@ -16,10 +16,12 @@ from typing import Literal
 
 from evalstream.config.drift import DriftSettings, Severity
 from evalstream.drift.cusum import BernoulliCusum, CusumDesign, design_cusum
-from evalstream.drift.stats import SlidingCounts, WindowStats
+from evalstream.drift.mix import LabelWindow, MixDetector, MixResult, chi2_isf
+from evalstream.drift.stats import SlidingCounts, WindowStats, wilson_interval
 from evalstream.events import Alert, EvalResult, stable_hash
 
 __all__ = [
+    "KIND_LABEL_MIX",
     "KIND_LABEL_SHARE",
     "KIND_PASS_RATE",
     "Detector",
@@ -30,6 +32,7 @@ __all__ = [
 
 KIND_PASS_RATE = "pass_rate_drop"  # noqa: S105 - an alert kind, not a password
 KIND_LABEL_SHARE = "label_share"
+KIND_LABEL_MIX = "label_mix"
 
 State = Literal["firing", "resolved"]
 
@@ -145,6 +148,8 @@ class _Key:
     label: str | None = None
     label_counts: SlidingCounts | None = None
     label_detector: Detector | None = None
+    mix_window: LabelWindow | None = None
+    mix_detector: MixDetector | None = None
 
 
 def _ts(t: float) -> datetime:
@@ -183,6 +188,11 @@ class DriftEngine:
                 key.label_counts = SlidingCounts(s.bucket_s, horizon)
                 key.label_detector = Detector(KIND_LABEL_SHARE, route, evaluator, s,
                                               s.label_min_shift, label=label)
+                key.mix_window = LabelWindow(s.bucket_s, horizon)
+                key.mix_detector = MixDetector(
+                    route, evaluator, warmup=s.warmup_samples, alpha=s.mix_alpha,
+                    resolve_p=s.mix_resolve_p, min_samples=s.min_samples,
+                    window_s=self._windows[0])
             self._keys[(route, evaluator)] = key
         return key
 
@@ -205,6 +215,9 @@ class DriftEngine:
             if key.label_counts is not None and key.label_detector is not None:
                 key.label_counts.add(now, hit, weight)
                 key.label_detector.observe(hit, now)
+            if key.mix_window is not None and key.mix_detector is not None:
+                key.mix_window.add(now, result.label)
+                key.mix_detector.observe(result.label, now)
 
     def pass_rates(self, now: float) -> Iterator[tuple[str, str, str, WindowStats]]:
         """``(route, evaluator, window label, stats)`` for every key with pass/fail data."""
@@ -215,13 +228,15 @@ class DriftEngine:
                 stats = key.passes.stats(now, w, self.settings.min_samples)
                 yield key.route, key.evaluator, format_window(w), stats
 
-    def detectors(self) -> Iterator[Detector]:
-        """Every detector (pass-rate and label-share) that has seen data."""
+    def detectors(self) -> Iterator[Detector | MixDetector]:
+        """Every detector (pass rate, label share, label mix) that has seen data."""
         for key in self._keys.values():
             if key.passes.last_t is not None:
                 yield key.pass_detector
             if key.label_detector is not None and key.label_detector.last_seen is not None:
                 yield key.label_detector
+            if key.mix_detector is not None and key.mix_detector.last_seen is not None:
+                yield key.mix_detector
 
     def _current(self, key: _Key, kind: str, now: float) -> tuple[str, WindowStats]:
         counts = key.passes if kind == KIND_PASS_RATE else key.label_counts
@@ -244,6 +259,13 @@ class DriftEngine:
                 det.check_stale(now)
                 while det.pending:
                     alerts.append(self._alert(key, det, det.pending.pop(0), now))
+            mix = key.mix_detector
+            if mix is not None and key.mix_window is not None:
+                mix.check(key.mix_window, now)
+                mix.check_stale(now, self.settings.stale_after_s)
+                while mix.pending:
+                    state, at, res = mix.pending.pop(0)
+                    alerts.append(self._mix_alert(key, mix, state, at, res))
         alerts.sort(key=lambda a: a.at)
         return alerts
 
@@ -298,5 +320,35 @@ class DriftEngine:
             threshold=design.threshold if design is not None else None,
             first_seen=_ts(first),
             at=_ts(tr.at),
+            summary=summary,
+        )
+
+    def _mix_alert(self, key: _Key, det: MixDetector, state: State, at: float,
+                   res: MixResult | None) -> Alert:
+        first = det.first_seen if det.first_seen is not None else at
+        what = f"label mix of {key.evaluator} on route {key.route}"
+        if res is None:
+            summary = f"{what}: no data, stale"
+        else:
+            verb = "shifted" if state == "firing" else "back to baseline"
+            summary = (f"{what} {verb} (G={res.g:.1f}, df={res.df}, p={res.p_value:.2g}); "
+                       f"most changed label {res.label!r}: {res.baseline_share:.1%} -> "
+                       f"{res.share:.1%} (n={res.n})")
+        severity: Severity = self.settings.severities.get(KIND_LABEL_MIX, "info")
+        return Alert(
+            alert_id=stable_hash(key.route, key.evaluator, KIND_LABEL_MIX, first, length=24),
+            state=state,
+            route=key.route,
+            evaluator=key.evaluator,
+            kind=KIND_LABEL_MIX,
+            severity=severity,
+            baseline=res.baseline_share if res else None,
+            current=res.share if res else None,
+            interval=wilson_interval(res.share, res.n) if res else None,
+            n=res.n if res else 0,
+            statistic=res.g if res else None,
+            threshold=chi2_isf(det.alpha, res.df) if res else None,
+            first_seen=_ts(first),
+            at=_ts(at),
             summary=summary,
         )
