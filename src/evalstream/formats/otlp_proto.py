@@ -27,7 +27,7 @@ from evalstream.formats.genai import (
 )
 from evalstream.formats.genai_messages import AttrGetter
 
-__all__ = ["any_value", "make_decoder"]
+__all__ = ["any_value", "decode", "make_decoder"]
 
 
 def any_value(value: Any) -> Any:
