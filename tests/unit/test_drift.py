@@ -19,6 +19,7 @@ from evalstream.drift import (
     design_cusum,
     format_window,
     g_test,
+    learned_baseline,
     wilson_interval,
 )
 from evalstream.drift.mix import MAX_LABELS, chi2_isf
@@ -246,3 +247,22 @@ def test_label_window_is_bounded_in_time_and_labels() -> None:
     window.add(50.0, "label0")
     window.add(50.0, "never-seen")  # the label set is full: counted as overflow
     assert window.counts(50.0, 10) == Counter({"label0": 1, "(more)": 1})
+
+
+def test_learned_baseline_is_designed_on_the_pessimistic_side() -> None:
+    estimate, design = learned_baseline(50, 1000, margin_z=1.0)
+    assert estimate == pytest.approx(50.5 / 1001)
+    # One standard error (~0.7 points at 5% of 1000) above the estimate.
+    assert design == pytest.approx(0.05 + math.sqrt(0.05 * 0.95 / 1000), abs=1e-3)
+    assert learned_baseline(50, 1000, margin_z=0.0) == (estimate, estimate)
+    # A clean warm-up still gives a positive baseline.
+    assert learned_baseline(0, 1000, margin_z=1.0)[0] > 0
+
+
+def test_detector_reports_the_estimate_but_tunes_on_the_margin() -> None:
+    det = Detector("pass_rate_drop", "r", "e", _settings(warmup_samples=1000), 0.10)
+    for i in range(1000):
+        det.observe(i % 20 == 0, float(i))  # exactly 5% failures
+    assert det.baseline_bad == pytest.approx(50.5 / 1001)
+    assert det.design is not None
+    assert det.design.p0 > 0.055

@@ -39,6 +39,9 @@ class DriftSettings(BaseModel):
     # --- baseline ---------------------------------------------------------------------
     #: Evaluations per (route, evaluator) used to learn the baseline before detecting.
     warmup_samples: int = Field(default=1000, ge=10)
+    #: A learned baseline is taken this many standard errors on the pessimistic side when
+    #: tuning the detector, so warm-up noise does not inflate the false-alarm rate.
+    warmup_margin_z: float = Field(default=1.0, ge=0.0, le=3.0)
     #: Configured baselines (pass rate), key ``"route/evaluator"`` or just ``"evaluator"``;
     #: a configured key skips the warm-up.
     baselines: dict[str, float] = Field(default_factory=dict)

@@ -20,6 +20,7 @@ from evalstream.drift.engine import (
     DriftEngine,
     Transition,
     format_window,
+    learned_baseline,
 )
 from evalstream.drift.mix import LabelWindow, MixDetector, chi2_sf, g_test
 from evalstream.drift.stats import Z95, SlidingCounts, WindowStats, wilson_interval
@@ -43,5 +44,6 @@ __all__ = [
     "design_cusum",
     "format_window",
     "g_test",
+    "learned_baseline",
     "wilson_interval",
 ]

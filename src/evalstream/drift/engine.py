@@ -28,6 +28,7 @@ __all__ = [
     "DriftEngine",
     "Transition",
     "format_window",
+    "learned_baseline",
 ]
 
 KIND_PASS_RATE = "pass_rate_drop"  # noqa: S105 - an alert kind, not a password
@@ -85,9 +86,10 @@ class Detector:
         if self.baseline_bad is not None:
             self._arm(self.baseline_bad)
 
-    def _arm(self, baseline_bad: float) -> None:
+    def _arm(self, baseline_bad: float, design_bad: float | None = None) -> None:
         self.baseline_bad = baseline_bad
-        design = design_cusum(baseline_bad, self.shift, self.settings.arl0)
+        p0 = baseline_bad if design_bad is None else design_bad
+        design = design_cusum(p0, self.shift, self.settings.arl0)
         if design is None:
             # The baseline is already so bad that the smallest shift cannot happen.
             self.disabled = True
@@ -113,9 +115,8 @@ class Detector:
             self.warm_n += 1
             self.warm_bad += int(bad)
             if self.warm_n >= self.settings.warmup_samples:
-                # Add-half smoothing keeps a clean warm-up (no failures) from meaning p0 = 0,
-                # which would make the first failure infinitely surprising.
-                self._arm((self.warm_bad + 0.5) / (self.warm_n + 1.0))
+                self._arm(*learned_baseline(self.warm_bad, self.warm_n,
+                                            self.settings.warmup_margin_z))
             return
         cusum = self.cusum
         cusum.update(bad)
@@ -150,6 +151,21 @@ class _Key:
     label_detector: Detector | None = None
     mix_window: LabelWindow | None = None
     mix_detector: MixDetector | None = None
+
+
+def learned_baseline(bad: int, n: int, margin_z: float) -> tuple[float, float]:
+    """The baseline bad-outcome probability learned from ``bad`` of ``n`` warm-up outcomes.
+
+    Returns ``(estimate, design)``. The estimate is add-half smoothed, so a clean warm-up
+    does not mean p0 = 0 (which would make the first failure infinitely surprising). The
+    CUSUM is designed at ``design``, the upper ``margin_z``-sigma Wilson bound: a baseline
+    underestimated by chance would otherwise make the detector too eager, and streams
+    with an unlucky warm-up would raise most of the false alarms.
+    """
+    estimate = (bad + 0.5) / (n + 1.0)
+    if margin_z <= 0.0:
+        return estimate, estimate
+    return estimate, max(estimate, wilson_interval(bad / n, n, margin_z)[1])
 
 
 def _ts(t: float) -> datetime:
