@@ -116,7 +116,10 @@ def demo_settings(bootstrap: str, port: int, *, rate: float, spike_after: float)
     settings = load_settings(
         None,
         kafka={"bootstrap_servers": bootstrap, "group_id": "evalstream-demo",
-               "auto_offset_reset": "earliest", "client_id": "evalstream-demo"},
+               "auto_offset_reset": "earliest", "client_id": "evalstream-demo",
+               # Tansu holds a new group's first join for about half the session
+               # timeout; a short one gets the demo going in seconds.
+               "session_timeout_ms": 6000},
         inputs=[{"topic": TRACES_TOPIC, "format": "flat_json"}],
         topics={"results": "demo.evalstream.results", "alerts": "demo.evalstream.alerts",
                 "dead_letter": "demo.evalstream.dlq"},
