@@ -270,3 +270,36 @@ async def llm_server(style: str = "openai_chat", **kwargs: Any) -> AsyncIterator
         yield server
     finally:
         await server.stop()
+
+
+def main() -> None:
+    """Run a server in its own process (benchmarks): prints its port, serves until killed."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description="Fake OpenAI-compatible judge server")
+    parser.add_argument("--style", default="openai_chat", choices=STYLES)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before answering")
+    args = parser.parse_args()
+
+    async def serve() -> None:
+        server = FakeLLM(style=args.style, delay_s=args.delay)
+        await server.start()
+        # Keep no per-request history in a long-running process.
+        server.received = _Discard()
+        print(server.port, flush=True)
+        sys.stdout.close()
+        await asyncio.Event().wait()
+
+    asyncio.run(serve())
+
+
+class _Discard(list[Received]):
+    """A request log that keeps nothing (bounded memory for benchmarks)."""
+
+    def append(self, item: Received) -> None:
+        del item
+
+
+if __name__ == "__main__":
+    main()
