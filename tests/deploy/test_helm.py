@@ -219,9 +219,12 @@ def test_credentials_come_only_from_existing_secrets(all_on_docs: list[Manifest]
          "existingSecret"),
         ({"autoscaling": {"keda": {"enabled": True}, "hpa": {"enabled": True}}}, "at most one"),
         ({"terminationGracePeriodSeconds": 10}, "must exceed"),
+        ({"autoscaling": {"keda": {"partitions": "six"}}}, "want integer"),  # values.schema
+        ({"secrets": {"judgeApiKeys": [{"env": "KEY"}]}}, "existingSecret"),
     ],
     ids=["sasl-password-in-values", "api-key-env-without-secret", "api-key-in-values",
-         "sasl-without-secret", "keda-and-hpa", "grace-below-drain"],
+         "sasl-without-secret", "keda-and-hpa", "grace-below-drain", "schema-type",
+         "schema-secret-ref"],
 )
 def test_dangerous_values_fail_to_render(values: dict[str, Any], message: str) -> None:
     with pytest.raises(helm.HelmError, match=message):

@@ -273,7 +273,8 @@ async def _demo(args: argparse.Namespace, out: _Out, live: bool) -> int:
             worker_code = await worker_task
             if stop.is_set():
                 return 0
-            print("evalstream demo: the worker did not become ready", file=sys.stderr)
+            print(f"evalstream demo: the worker did not start (see the log above; if port "
+                  f"{port} is taken, pass --port 0 for any free port)", file=sys.stderr)
             return 1
 
         producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20)
