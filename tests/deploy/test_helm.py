@@ -15,14 +15,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import helm_python as helm
 import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
 
 from tests.deploy.crd_schemas import CRD_SCHEMAS
-
-helm = pytest.importorskip("helm_python", reason="helm-python-sdk is a dev dependency")
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "evalstream"
