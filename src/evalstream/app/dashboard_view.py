@@ -197,7 +197,7 @@ class DemoState:
         table.add_column("pass rate", justify="right")
         table.add_column("95% interval", justify="right")
         table.add_column("n", justify="right")
-        table.add_column("", ratio=1)
+        table.add_column("", ratio=1, no_wrap=True, overflow="crop")
         table.add_column("total", justify="right")
         for route, evaluator, stats, total in self.rows():
             alerting = any(a.route == route and a.evaluator == evaluator
