@@ -123,11 +123,11 @@ async def test_retries_are_bounded(fault: str) -> None:
     assert counter(metrics, "evalstream_judge_requests_total", judge="llm", outcome="error") == 1
 
 
-@pytest.mark.parametrize(("fault", "status", "hint"), [
-    ("401", 401, "authentication failed"), ("400", 400, "rejected")])
-async def test_client_errors_fail_fast(fault: str, status: int, hint: str) -> None:
+@pytest.mark.parametrize(("fault", "status", "hint", "mode"), [
+    ("401", 401, "authentication failed", "auto"), ("400", 400, "rejected", "always")])
+async def test_client_errors_fail_fast(fault: str, status: int, hint: str, mode: str) -> None:
     async with llm_server(always=fault) as server:
-        judge = make_judge(server, max_retries=5)
+        judge = make_judge(server, max_retries=5, logprobs=mode)
         with pytest.raises(JudgeError, match=hint) as info:
             await judge.judge(question())
         await judge.aclose()
@@ -149,6 +149,16 @@ async def test_missing_logprobs_falls_back_to_strict_json_in_auto_mode() -> None
     assert asked == [True, False, False]
     assert server.posts[1].body["max_tokens"] == 16
     assert '{"output": ANSWER}' in server.posts[1].body["messages"][0]["content"]
+
+
+async def test_logprobs_rejected_with_400_switches_to_json_in_auto_mode() -> None:
+    async with llm_server() as server:
+        server.fail_next("400")
+        judge = make_judge(server)
+        answer = await judge.judge(question())
+        await judge.aclose()
+    assert answer.p("yes") == 1.0  # the server's JSON answer '{"output": "yes"}'
+    assert [bool(r.body.get("logprobs")) for r in server.posts] == [True, False]
 
 
 async def test_missing_logprobs_is_an_error_when_required() -> None:

@@ -229,8 +229,17 @@ class OpenAIJudge(Judge):
     async def _judge(self, request: JudgeRequest, usage: _Usage) -> _Answer:
         if self._use_logprobs:
             messages = judge_messages(request, json_answer=False)
-            body = await self._send(self._payload(messages, max_tokens=1, logprobs=True),
-                                    usage)
+            try:
+                body = await self._send(self._payload(messages, max_tokens=1, logprobs=True),
+                                        usage)
+            except JudgeError as exc:
+                # Some endpoints reject the logprobs parameters outright (HTTP 400); in auto
+                # mode that means "no logprobs here", not a broken judge.
+                if exc.status != 400 or self.config.logprobs != "auto":
+                    raise
+                self._use_logprobs = False
+                _log.warning("judge_logprobs_rejected", judge=self.name, status=exc.status)
+                return await self._judge_json(request, usage)
             try:
                 dist = first_token_distribution(body)
                 return _Answer(option_probabilities(dist, request.options), usage)

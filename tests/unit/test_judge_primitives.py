@@ -1,0 +1,260 @@
+"""Pure pieces of the LLM judge: logprob parsing, answers, buckets, breaker, cache, registry."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+
+import pytest
+
+from evalstream.config import CascadeJudgeConfig, OpenAIJudgeConfig
+from evalstream.errors import ConfigError, JudgeError
+from evalstream.judges.answers import parse_json_answer
+from evalstream.judges.cache import TTLCache
+from evalstream.judges.cascade import CascadeJudge
+from evalstream.judges.logprobs import (
+    MissingLogprobsError,
+    OptionsNotFoundError,
+    first_token_distribution,
+    fold,
+    option_probabilities,
+)
+from evalstream.judges.openai_compat import OpenAIJudge
+from evalstream.judges.registry import build_judges, close_judges
+from evalstream.judges.resilience import (
+    CircuitBreaker,
+    CircuitState,
+    TokenBucket,
+    backoff_delay,
+    parse_retry_after,
+)
+from evalstream.metrics import Metrics
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# --- logprobs ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("token", "folded"), [
+    ("Yes", "yes"), (" yes", "yes"), ("YES", "yes"), ("\u2581Yes", "yes"), ("\u0120no", "no"),
+    ("yes.", "yes"), ('"3"', "3"), ("\n No", "no")])
+def test_fold(token: str, folded: str) -> None:
+    assert fold(token) == folded
+
+
+def test_option_mass_is_summed_and_renormalised() -> None:
+    dist = {"Yes": 0.5, " yes": 0.2, "YES": 0.1, "No": 0.1, "Maybe": 0.1}
+    probs = option_probabilities(dist, ("yes", "no"))
+    assert probs["yes"] == pytest.approx(0.8 / 0.9)
+    assert probs["no"] == pytest.approx(0.1 / 0.9)
+
+
+def test_no_option_in_top_tokens_raises() -> None:
+    with pytest.raises(OptionsNotFoundError, match=r"none of the answer options \['1', '2'\]"):
+        option_probabilities({"The": 0.9, "A": 0.1}, ("1", "2"))
+
+
+def test_shapes_of_each_provider() -> None:
+    lp = math.log
+    chat = {"choices": [{"logprobs": {"content": [{"token": "Yes", "logprob": lp(0.6),
+            "top_logprobs": [{"token": "Yes", "logprob": lp(0.6), "bytes": [89]},
+                             {"token": "No", "logprob": lp(0.4), "bytes": [78]}]}]}}]}
+    legacy = {"choices": [{"logprobs": {"top_logprobs": [{"Yes": lp(0.6), " No": lp(0.4)}]}}]}
+    native = {"completion_probabilities": [{"id": 1, "token": "Yes", "logprob": lp(0.6),
+              "top_logprobs": [{"id": 1, "token": "Yes", "logprob": lp(0.6)},
+                               {"id": 2, "token": "No", "logprob": lp(0.4)}]}]}
+    post_sampling = {"completion_probabilities": [{"top_probs": [
+        {"id": 1, "token": "Yes", "prob": 0.6}, {"id": 2, "token": "No", "prob": 0.4}]}]}
+    old = {"completion_probabilities": [{"content": "Yes", "probs": [
+        {"tok_str": "Yes", "prob": 0.6}, {"tok_str": "No", "prob": 0.4}]}]}
+    for body in (chat, legacy, native, post_sampling, old):
+        probs = option_probabilities(first_token_distribution(body), ("yes", "no"))
+        assert probs["yes"] == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize("body", [
+    {"choices": [{"message": {"content": "Yes"}, "logprobs": None}]},
+    {"choices": [{"logprobs": {"content": []}}]},
+    {"content": "Yes"},
+    {"choices": []},
+    ["not", "an", "object"],
+])
+def test_missing_logprobs_detected(body: object) -> None:
+    with pytest.raises(MissingLogprobsError):
+        first_token_distribution(body)
+
+
+# --- strict JSON answers -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    ('{"output": "yes"}', "yes"), (' {"output": "No"} ', "no"),
+    ('```json\n{"output": "yes"}\n```', "yes"), ('{"output": 3}', "3")])
+def test_json_answers(text: str, answer: str) -> None:
+    assert parse_json_answer(text, ("yes", "no", "3")) == answer
+
+
+@pytest.mark.parametrize("text", [
+    "yes", '{"answer": "yes"}', '{"output": "yes", "why": "x"}', '{"output": "maybe"}',
+    '{"output": true}', "[\"yes\"]", '{"output": "yes"} trailing'])
+def test_json_answers_are_strict(text: str) -> None:
+    with pytest.raises(JudgeError):
+        parse_json_answer(text, ("yes", "no"))
+
+
+# --- backoff and Retry-After ---------------------------------------------------------
+
+
+def test_backoff_is_jittered_bounded_and_honours_retry_after() -> None:
+    rng = random.Random(1)
+    delays = [backoff_delay(a, 0.5, 4.0, rng=rng) for a in range(1, 8) for _ in range(20)]
+    assert min(delays) >= 0.5
+    assert max(delays) <= 4.0
+    assert len({round(d, 6) for d in delays}) > 100  # jittered, not lock-step
+    assert backoff_delay(1, 0.5, 4.0, retry_after=10.0, rng=rng) >= 10.0
+
+
+def test_parse_retry_after() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    assert parse_retry_after("7") == 7.0
+    assert parse_retry_after(format_datetime(now + timedelta(seconds=30), usegmt=True),
+                             now=now) == pytest.approx(30.0)
+    assert parse_retry_after("soon") is None
+    assert parse_retry_after(None) is None
+
+
+# --- token bucket --------------------------------------------------------------------
+
+
+async def test_token_bucket_waits_for_refill() -> None:
+    bucket = TokenBucket(rate=100.0, capacity=5.0)
+    assert [await bucket.take() for _ in range(5)] == [0.0] * 5
+    waited = await bucket.take(3.0)
+    assert waited == pytest.approx(0.03, abs=0.01)
+    bucket.debit(10.0)  # actual usage exceeded the estimate
+    assert await bucket.take(1.0) >= 0.09
+
+
+# --- circuit breaker -----------------------------------------------------------------
+
+
+async def test_breaker_opens_waits_probes_and_closes() -> None:
+    clock = FakeClock()
+    states: list[CircuitState] = []
+    breaker = CircuitBreaker(failures=2, reset_s=10.0, on_change=states.append, clock=clock)
+    assert await breaker.acquire() is False
+    await breaker.record(False)
+    await breaker.record(False)
+    assert breaker.state is CircuitState.OPEN
+    waiter = asyncio.create_task(breaker.acquire())
+    await asyncio.sleep(0.01)
+    assert not waiter.done()  # open: callers wait, nothing is rejected
+    clock.now = 10.0
+    waiter.cancel()
+    assert await breaker.acquire() is True  # the half-open probe
+    second = asyncio.create_task(breaker.acquire())
+    await asyncio.sleep(0.01)
+    assert not second.done()  # only one probe at a time
+    await breaker.record(False, probe=True)  # probe failed: open again
+    assert breaker.state is CircuitState.OPEN
+    clock.now = 20.0
+    second.cancel()
+    assert await breaker.acquire() is True
+    await breaker.record(True, probe=True)
+    assert breaker.state is CircuitState.CLOSED
+    assert states == [CircuitState.OPEN, CircuitState.HALF_OPEN, CircuitState.OPEN,
+                      CircuitState.HALF_OPEN, CircuitState.CLOSED]
+
+
+async def test_abandoned_probe_frees_the_slot() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(failures=1, reset_s=1.0, clock=clock)
+    await breaker.record(False)
+    clock.now = 1.0
+    assert await breaker.acquire() is True
+    await breaker.abandon(probe=True)
+    assert await asyncio.wait_for(breaker.acquire(), 1) is True
+
+
+# --- cache ---------------------------------------------------------------------------
+
+
+async def test_cache_lru_ttl_and_single_flight() -> None:
+    clock = FakeClock()
+    cache: TTLCache[int] = TTLCache(max_size=2, ttl_s=5.0, clock=clock)
+    calls = 0
+
+    async def compute() -> int:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.01)
+        return calls
+
+    results = await asyncio.gather(*(cache.get_or_compute("a", compute) for _ in range(5)))
+    assert calls == 1
+    assert [hit for _, hit in results] == [False, True, True, True, True]
+    await cache.get_or_compute("b", compute)
+    await cache.get_or_compute("c", compute)  # evicts "a" (least recently used)
+    assert cache.get("a") is None
+    assert len(cache) == 2
+    clock.now = 6.0
+    assert cache.get("b") is None  # expired
+
+
+async def test_failed_computation_is_not_cached() -> None:
+    cache: TTLCache[int] = TTLCache(max_size=10, ttl_s=5.0)
+
+    async def boom() -> int:
+        raise JudgeError("down")
+
+    with pytest.raises(JudgeError):
+        await cache.get_or_compute("k", boom)
+    assert cache.get("k") is None
+
+
+# --- registry ------------------------------------------------------------------------
+
+
+async def test_registry_builds_openai_and_cascade_and_closes_them() -> None:
+    configs = {
+        "smart": CascadeJudgeConfig(then="llm"),  # listed before what it depends on
+        "llm": OpenAIJudgeConfig(base_url="http://127.0.0.1:9/v1", model="m"),
+    }
+    judges = build_judges(configs, Metrics())
+    assert set(judges) == {"builtin", "smart", "llm"}
+    assert isinstance(judges["llm"], OpenAIJudge)
+    cascade = judges["smart"]
+    assert isinstance(cascade, CascadeJudge)
+    assert cascade.then is judges["llm"]
+    assert cascade.first is judges["builtin"]
+    await close_judges(judges)
+
+
+def test_registry_rejects_cycles_and_dangling_references() -> None:
+    cyclic = {"a": CascadeJudgeConfig(then="b"), "b": CascadeJudgeConfig(then="a")}
+    with pytest.raises(ConfigError, match="cycle"):
+        build_judges(cyclic, Metrics())
+    with pytest.raises(ConfigError, match="'ghost' is referenced but not defined"):
+        build_judges({"a": CascadeJudgeConfig(then="ghost")}, Metrics())
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("base_url", "api.openai.com", "must start with http"),
+    ("headers", {"Authorization": "Bearer x"}, "not in headers"),
+    ("deadline_s", 1.0, "deadline_s"),
+])
+def test_openai_config_validation(field: str, value: object, message: str) -> None:
+    settings: dict[str, object] = {"base_url": "https://x/v1", "model": "m", "timeout_s": 5.0}
+    settings[field] = value
+    with pytest.raises(ValueError, match=message):
+        OpenAIJudgeConfig(**settings)  # type: ignore[arg-type]
