@@ -222,6 +222,26 @@ async def test_failed_computation_is_not_cached() -> None:
     assert cache.get("k") is None
 
 
+async def test_waiter_computes_itself_when_the_first_caller_is_cancelled() -> None:
+    cache: TTLCache[int] = TTLCache(max_size=10, ttl_s=5.0)
+
+    async def slow() -> int:
+        await asyncio.sleep(10)
+        return 0
+
+    async def fast() -> int:
+        return 1
+
+    leader = asyncio.create_task(cache.get_or_compute("k", slow))
+    await asyncio.sleep(0.01)
+    follower = asyncio.create_task(cache.get_or_compute("k", fast))
+    await asyncio.sleep(0.01)
+    leader.cancel()
+    assert await asyncio.wait_for(follower, 1) == (1, False)
+    with pytest.raises(asyncio.CancelledError):
+        await leader
+
+
 # --- registry ------------------------------------------------------------------------
 
 

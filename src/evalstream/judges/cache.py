@@ -60,7 +60,8 @@ class TTLCache(Generic[V]):
                              compute: Callable[[], Awaitable[V]]) -> tuple[V, bool]:
         """``(value, hit)``: a cached or in-flight answer, else ``compute()`` (then cached).
 
-        A failed computation is not cached; waiters on it see the same exception.
+        A failed computation is not cached; waiters on it see the same exception. When the
+        first caller is cancelled (its deadline), a waiter computes the value itself.
         """
         if self.max_size <= 0:
             return await compute(), False
@@ -69,15 +70,23 @@ class TTLCache(Generic[V]):
             return cached, True
         pending = self._pending.get(key)
         if pending is not None:
-            return await asyncio.shield(pending), True
+            try:
+                return await asyncio.shield(pending), True
+            except asyncio.CancelledError:
+                if not pending.cancelled():
+                    raise  # this caller was cancelled
+                # The first caller gave up (its deadline passed): compute it ourselves.
         future: asyncio.Future[V] = asyncio.get_running_loop().create_future()
         self._pending[key] = future
         try:
             value = await compute()
         except BaseException as exc:
             if not future.done():
-                future.set_exception(exc)
-                future.exception()  # mark retrieved: waiters may be none
+                if isinstance(exc, asyncio.CancelledError):
+                    future.cancel()
+                else:
+                    future.set_exception(exc)
+                    future.exception()  # mark retrieved: waiters may be none
             raise
         else:
             self.put(key, value)
