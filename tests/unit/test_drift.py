@@ -266,3 +266,30 @@ def test_detector_reports_the_estimate_but_tunes_on_the_margin() -> None:
     assert det.baseline_bad == pytest.approx(50.5 / 1001)
     assert det.design is not None
     assert det.design.p0 > 0.055
+
+
+def test_deferred_design_replays_what_it_saw_while_waiting() -> None:
+    # An ARL0 no other test uses, so the design is not cached yet.
+    settings = _settings(warmup_samples=100, arl0=54_321.0)
+    rng = random.Random(4)
+    stream = [rng.random() < 0.05 for _ in range(100)] + [rng.random() < 0.5
+                                                          for _ in range(200)]
+    eager = Detector("pass_rate_drop", "r", "e", settings, 0.10)
+    lazy = Detector("pass_rate_drop", "r", "e", settings, 0.10, defer=True)
+    for t, bad in enumerate(stream[:100]):
+        lazy.observe(bad, float(t))
+    # Warm-up done, design not solved on the hot path: the detector waits and keeps count.
+    assert lazy.awaiting_design is not None
+    assert lazy.design is None
+    for t, bad in enumerate(stream[100:], start=100):
+        lazy.observe(bad, float(t))
+    assert len(lazy.backlog) == 200
+    for t, bad in enumerate(stream):
+        eager.observe(bad, float(t))
+    lazy.arm_pending()
+    assert lazy.awaiting_design is None
+    assert not lazy.backlog
+    assert [(tr.state, tr.at) for tr in lazy.pending] == [
+        (tr.state, tr.at) for tr in eager.pending]
+    assert lazy.pending
+    assert lazy.pending[0].state == "firing"

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from evalstream.app.observers import PublishAlert, ResultObserver
 from evalstream.config import Settings
 from evalstream.config.drift import DriftSettings
-from evalstream.drift import KIND_PASS_RATE, DriftEngine
+from evalstream.drift import KIND_PASS_RATE, DriftEngine, design_cusum
 from evalstream.events import Alert, EvalResult
 from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
@@ -44,7 +44,8 @@ class DriftMonitor:
                  clock: Clock = time.time) -> None:
         self.settings = settings
         self.metrics = metrics
-        self.engine = DriftEngine(settings)
+        # Designs are solved off the event loop (run) rather than in observe (hot path).
+        self.engine = DriftEngine(settings, defer_designs=True)
         self._clock = clock
         # Alerts decided but not yet acknowledged by the broker, oldest first.
         self._outbox: list[Alert] = []
@@ -57,6 +58,7 @@ class DriftMonitor:
         """Refresh every gauge and return the alerts waiting to be published."""
         now = self._clock()
         m = self.metrics
+        self.engine.arm_pending()
         for route, evaluator, window, stats in self.engine.pass_rates(now):
             labels = (route, evaluator, window)
             m.pass_rate_samples.labels(*labels).set(stats.n)
@@ -87,12 +89,22 @@ class DriftMonitor:
     async def run(self, publish_alert: PublishAlert, stop: asyncio.Event) -> None:
         """Tick until ``stop`` is set, publishing alert state changes as they happen."""
         while not stop.is_set():
+            needed = self.engine.designs_needed()
+            if needed:
+                # A CUSUM design can take up to about a second to solve for extreme
+                # settings; a thread keeps the worker's loop responsive meanwhile.
+                await asyncio.to_thread(_solve, needed)
             self.tick()
             # A publish error (SinkError) propagates: the worker treats the output as lost
             # and stops; the alert is still queued should the caller retry.
             await self.flush(publish_alert)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self.settings.tick_s)
+
+
+def _solve(needed: set[tuple[float, float, float]]) -> None:
+    for p0, shift, arl0 in needed:
+        design_cusum(p0, shift, arl0)
 
 
 def _or_nan(value: float | None) -> float:

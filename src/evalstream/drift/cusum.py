@@ -17,9 +17,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache
 
-__all__ = ["BernoulliCusum", "CusumDesign", "average_run_length", "design_cusum"]
+__all__ = [
+    "BernoulliCusum",
+    "CusumDesign",
+    "average_run_length",
+    "design_cusum",
+    "is_designed",
+]
 
 # Bounds the integer steps, hence the size of the Markov chain solved in pure Python.
 _MAX_DENOMINATOR = 8
@@ -108,7 +113,6 @@ def _steps(p0: float, p1: float) -> tuple[int, int, float]:
     return small_units, big_units, unit
 
 
-@lru_cache(maxsize=256)
 def _design(p0: float, p1: float, arl0: float) -> CusumDesign:
     up, down, unit = _steps(p0, p1)
     # ARL0 grows with h; the Wald bound ARL0 >= exp(h*unit) caps the search.
@@ -137,12 +141,29 @@ def design_cusum(p0: float, shift: float, arl0: float) -> CusumDesign | None:
     Returns:
         The design, or ``None`` when ``p0`` leaves no room for the rise (p0 + shift >= 1).
     """
+    key = _key(p0, shift, arl0)
+    if key not in _CACHE:
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.clear()
+        _CACHE[key] = None if key[1] >= 0.999 else _design(*key)
+    return _CACHE[key]
+
+
+def is_designed(p0: float, shift: float, arl0: float) -> bool:
+    """True when ``design_cusum`` would answer from its cache (no solve needed)."""
+    return _key(p0, shift, arl0) in _CACHE
+
+
+def _key(p0: float, shift: float, arl0: float) -> tuple[float, float, float]:
     # Rounding the inputs lets nearby baselines share one cached design.
     p0 = min(max(round(p0, 4), 1e-4), 0.9999)
-    p1 = round(p0 + shift, 4)
-    if p1 >= 0.999:
-        return None
-    return _design(p0, p1, float(arl0))
+    return p0, round(p0 + shift, 4), float(arl0)
+
+
+# Designs by rounded inputs. A solve can take up to about a second for extreme settings
+# (tiny baselines and shifts), so the monitor precomputes them off the event loop.
+_CACHE: dict[tuple[float, float, float], CusumDesign | None] = {}
+_CACHE_SIZE = 1024
 
 
 class BernoulliCusum:

@@ -9,13 +9,14 @@ It does no I/O: ``evalstream.app.monitor`` turns its answers into gauges and pub
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
 from evalstream.config.drift import DriftSettings, Severity
-from evalstream.drift.cusum import BernoulliCusum, CusumDesign, design_cusum
+from evalstream.drift.cusum import BernoulliCusum, CusumDesign, design_cusum, is_designed
 from evalstream.drift.mix import LabelWindow, MixDetector, MixResult, chi2_isf
 from evalstream.drift.stats import SlidingCounts, WindowStats, wilson_interval
 from evalstream.events import Alert, EvalResult, stable_hash
@@ -34,6 +35,9 @@ __all__ = [
 KIND_PASS_RATE = "pass_rate_drop"  # noqa: S105 - an alert kind, not a password
 KIND_LABEL_SHARE = "label_share"
 KIND_LABEL_MIX = "label_mix"
+
+# Outcomes kept while a detector waits (about a tick) for its design.
+_MAX_BACKLOG = 100_000
 
 State = Literal["firing", "resolved"]
 
@@ -63,6 +67,10 @@ class Detector:
     "Bad" is a failed evaluation (kind ``pass_rate_drop``) or the watched label (kind
     ``label_share``). The baseline probability of a bad outcome is learned from the first
     ``warmup_samples`` observations unless configured.
+
+    With ``defer`` set, a CUSUM design that is not cached yet is not computed in
+    ``observe`` (the worker's hot path): the detector waits for ``arm_pending`` and keeps
+    the outcomes seen meanwhile, which are replayed in order once it is armed.
     """
 
     kind: str
@@ -81,10 +89,39 @@ class Detector:
     first_seen: float | None = None
     last_seen: float | None = None
     pending: list[Transition] = field(default_factory=list)
+    defer: bool = False
+    #: The bad-outcome probability the CUSUM is designed at, while awaiting its design.
+    design_bad: float | None = None
+    backlog: deque[tuple[bool, float]] = field(
+        default_factory=lambda: deque(maxlen=_MAX_BACKLOG))
 
     def __post_init__(self) -> None:
         if self.baseline_bad is not None:
-            self._arm(self.baseline_bad)
+            self._arm_or_wait(self.baseline_bad, self.baseline_bad)
+
+    def _arm_or_wait(self, baseline_bad: float, design_bad: float) -> None:
+        if self.defer and not is_designed(design_bad, self.shift, self.settings.arl0):
+            self.baseline_bad, self.design_bad = baseline_bad, design_bad
+            return
+        self._arm(baseline_bad, design_bad)
+
+    @property
+    def awaiting_design(self) -> tuple[float, float, float] | None:
+        """``design_cusum`` arguments this detector waits for, if any."""
+        if self.cusum is None and not self.disabled and self.design_bad is not None:
+            return self.design_bad, self.shift, self.settings.arl0
+        return None
+
+    def arm_pending(self) -> None:
+        """Arm a detector waiting for its design and replay the outcomes seen meanwhile."""
+        if self.awaiting_design is None or self.baseline_bad is None:
+            return
+        self._arm(self.baseline_bad, self.design_bad)
+        self.design_bad = None
+        while self.backlog:
+            bad, t = self.backlog.popleft()
+            if self.cusum is not None:
+                self._step(bad, t)
 
     def _arm(self, baseline_bad: float, design_bad: float | None = None) -> None:
         self.baseline_bad = baseline_bad
@@ -112,13 +149,21 @@ class Detector:
         if self.cusum is None:
             if self.disabled:
                 return
+            if self.design_bad is not None:
+                self.backlog.append((bad, t))
+                return
             self.warm_n += 1
             self.warm_bad += int(bad)
             if self.warm_n >= self.settings.warmup_samples:
-                self._arm(*learned_baseline(self.warm_bad, self.warm_n,
-                                            self.settings.warmup_margin_z))
+                self._arm_or_wait(*learned_baseline(self.warm_bad, self.warm_n,
+                                                    self.settings.warmup_margin_z))
             return
+        self._step(bad, t)
+
+    def _step(self, bad: bool, t: float) -> None:
         cusum = self.cusum
+        if cusum is None:
+            return
         cusum.update(bad)
         self.n_since += 1
         h = cusum.design.h
@@ -177,10 +222,13 @@ class DriftEngine:
 
     Args:
         settings: Windows, baselines and detector tuning.
+        defer_designs: Leave uncached CUSUM designs to ``arm_pending`` instead of solving
+            them inside ``observe`` (the monitor precomputes them in a thread).
     """
 
-    def __init__(self, settings: DriftSettings) -> None:
+    def __init__(self, settings: DriftSettings, *, defer_designs: bool = False) -> None:
         self.settings = settings
+        self._defer = defer_designs
         self._windows = sorted(set(settings.windows_s))
         self._keys: dict[tuple[str, str], _Key] = {}
 
@@ -196,14 +244,16 @@ class DriftEngine:
                 passes=SlidingCounts(s.bucket_s, horizon),
                 pass_detector=Detector(
                     KIND_PASS_RATE, route, evaluator, s, s.min_shift,
-                    baseline_bad=None if configured is None else 1.0 - configured),
+                    baseline_bad=None if configured is None else 1.0 - configured,
+                    defer=self._defer),
             )
             label = s.watch_labels.get(evaluator)
             if label is not None:
                 key.label = label
                 key.label_counts = SlidingCounts(s.bucket_s, horizon)
                 key.label_detector = Detector(KIND_LABEL_SHARE, route, evaluator, s,
-                                              s.label_min_shift, label=label)
+                                              s.label_min_shift, label=label,
+                                              defer=self._defer)
                 key.mix_window = LabelWindow(s.bucket_s, horizon)
                 key.mix_detector = MixDetector(
                     route, evaluator, warmup=s.warmup_samples, alpha=s.mix_alpha,
@@ -234,6 +284,22 @@ class DriftEngine:
             if key.mix_window is not None and key.mix_detector is not None:
                 key.mix_window.add(now, result.label)
                 key.mix_detector.observe(result.label, now)
+
+    def designs_needed(self) -> set[tuple[float, float, float]]:
+        """``design_cusum`` arguments that detectors wait for (see ``defer_designs``)."""
+        needed = set()
+        for key in self._keys.values():
+            for det in (key.pass_detector, key.label_detector):
+                if det is not None and det.awaiting_design is not None:
+                    needed.add(det.awaiting_design)
+        return needed
+
+    def arm_pending(self) -> None:
+        """Arm every detector waiting for its design (solving it here if not cached)."""
+        for key in self._keys.values():
+            for det in (key.pass_detector, key.label_detector):
+                if det is not None:
+                    det.arm_pending()
 
     def pass_rates(self, now: float) -> Iterator[tuple[str, str, str, WindowStats]]:
         """``(route, evaluator, window label, stats)`` for every key with pass/fail data."""
