@@ -92,6 +92,13 @@ class _Answer:
     value: Any = None
 
 
+def _count(value: Any) -> int:
+    """A token count from a response (0 when absent or not a number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    return max(0, int(value))
+
+
 def _request_key(*parts: Any) -> str:
     blob = json.dumps(parts, ensure_ascii=False, sort_keys=True, default=str)
     return hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
@@ -316,8 +323,10 @@ class OpenAIJudge(Judge):
     # --- one logical request with limits, breaker and retries ---------------------------
 
     async def _send(self, payload: dict[str, Any], usage: _Usage) -> Any:
-        estimate = len(json.dumps(payload, ensure_ascii=False)) // 4 + int(
+        # ~4 characters per token: only the tokens-per-minute bucket needs the estimate.
+        estimate = (len(json.dumps(payload, ensure_ascii=False)) // 4 + int(
             payload.get("max_tokens") or payload.get("n_predict") or 1)
+            if self._tpm is not None else 0)
         attempt = 0
         while True:
             probe = await self._breaker.acquire()
@@ -422,11 +431,11 @@ class OpenAIJudge(Judge):
         if isinstance(body, Mapping):
             u = body.get("usage")
             if isinstance(u, Mapping):
-                tokens_in = int(u.get("prompt_tokens") or 0)
-                tokens_out = int(u.get("completion_tokens") or 0)
+                tokens_in = _count(u.get("prompt_tokens"))
+                tokens_out = _count(u.get("completion_tokens"))
             else:  # llama.cpp native
-                tokens_in = int(body.get("tokens_evaluated") or 0)
-                tokens_out = int(body.get("tokens_predicted") or 0)
+                tokens_in = _count(body.get("tokens_evaluated"))
+                tokens_out = _count(body.get("tokens_predicted"))
         usage.tokens_in += tokens_in
         usage.tokens_out += tokens_out
         if tokens_in:
