@@ -243,3 +243,19 @@ async def test_reason_falls_back_to_rationale_when_generate_unsupported() -> Non
     judge = ScriptedJudge({"refusal": {"yes": 1.0}}, rationale="matched 'I cannot'")
     score = await make("refusal", judge, reasons="failures").evaluate(ev(output="I cannot."))
     assert score.reason == "matched 'I cannot'"
+
+
+async def test_topic_adherence_does_not_show_the_judged_reply_as_earlier_context() -> None:
+    # flat_json traces often carry the reply as the last message too; judging it against
+    # itself would make every reply look on topic.
+    judge = ScriptedJudge({"topic_adherence": {"yes": 0.5, "no": 0.5}})
+    evaluator = make("topic_adherence", judge, criteria="Billing questions only.")
+    reply = "Here is a recipe for lasagne."
+    event = ev(input="Any dinner ideas?", output=reply,
+               messages=(Message(role="user", content="Any dinner ideas?"),
+                         Message(role="assistant", content=reply)))
+    await evaluator.evaluate(event)
+    [request] = judge.requests
+    fields = dict(request.data)
+    assert fields["output"] == reply
+    assert reply not in fields.get("conversation", "")

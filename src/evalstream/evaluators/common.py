@@ -87,9 +87,14 @@ def conversation_of(event: TraceEvent, *, include_output: bool = True) -> list[M
     last_user = next((m.content for m in reversed(turns) if m.role == "user"), None)
     if event.input and last_user != event.input:
         turns.append(Message(role="user", content=event.input))
-    if include_output and event.output and not (
-        turns and turns[-1].role == "assistant" and turns[-1].content == event.output
-    ):
+    output_is_last = bool(
+        event.output and turns and turns[-1].role == "assistant"
+        and turns[-1].content == event.output
+    )
+    if output_is_last and not include_output:
+        # The reply under judgement must not also appear as its own "earlier" context.
+        turns.pop()
+    elif include_output and event.output and not output_is_last:
         turns.append(Message(role="assistant", content=event.output))
     return turns
 
