@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import pytest
+import structlog
 
 from evalstream.config import OpenAIJudgeConfig
 from evalstream.errors import JudgeError, JudgeUnavailableError
@@ -23,6 +24,13 @@ from tests.support.llm_server import STYLES, FakeLLM, llm_server
 API = {"openai_chat": "chat", "vllm_chat": "chat", "llamacpp_chat": "chat",
        "openai_completions": "completions", "vllm_completions": "completions",
        "llamacpp_native": "llamacpp", "llamacpp_native_old": "llamacpp"}
+
+
+@pytest.fixture(autouse=True)
+def _plain_logging() -> None:
+    # Another test (the CLI's) may have configured structlog to print to a pytest capture
+    # stream that is closed by now; log through structlog's defaults instead.
+    structlog.reset_defaults()
 
 
 def make_judge(server: FakeLLM, metrics: Metrics | None = None, **overrides: Any) -> OpenAIJudge:
