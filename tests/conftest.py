@@ -6,8 +6,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from tests.support.broker import Broker, run_broker
+
+
+@pytest.fixture(autouse=True)
+def _fresh_structlog() -> Iterator[None]:
+    """Each test starts from structlog's defaults.
+
+    A CLI test that configures logging onto pytest's capture stream would otherwise leave
+    loggers writing to a stream that is closed by the time a later test logs.
+    """
+    structlog.reset_defaults()
+    structlog.contextvars.clear_contextvars()
+    yield
+    structlog.reset_defaults()
 
 
 @pytest.fixture(scope="session")

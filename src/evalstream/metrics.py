@@ -103,7 +103,7 @@ class Metrics:
         # --- judges -------------------------------------------------------------------
         self.judge_requests = Counter(
             "evalstream_judge_requests_total",
-            "Judge HTTP requests by outcome (ok, retry, error, rate_limited, circuit_open).",
+            "Judge HTTP requests by outcome (ok, retry, rate_limited, error, deadline).",
             ["judge", "outcome"], registry=r)
         self.judge_latency = Histogram(
             "evalstream_judge_latency_seconds", "Judge request latency.", ["judge"],
