@@ -30,8 +30,22 @@ YES_NO: tuple[str, str] = ("yes", "no")
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
+class _NamedData:
+    """Lookup by name in a request's untrusted ``data`` pairs."""
+
+    __slots__ = ()
+    data: tuple[tuple[str, str], ...]
+
+    def field(self, name: str) -> str | None:
+        """The value of data field ``name`` (None when absent)."""
+        for key, value in self.data:
+            if key == name:
+                return value
+        return None
+
+
 @dataclass(frozen=True, slots=True)
-class JudgeRequest:
+class JudgeRequest(_NamedData):
     """A closed question about some data.
 
     Attributes:
@@ -55,13 +69,6 @@ class JudgeRequest:
     options: tuple[str, ...] = YES_NO
     data: tuple[tuple[str, str], ...] = ()
     hints: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
-
-    def field(self, name: str) -> str | None:
-        """The value of data field ``name`` (None when absent)."""
-        for key, value in self.data:
-            if key == name:
-                return value
-        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +100,7 @@ class Judgement:
 
 
 @dataclass(frozen=True, slots=True)
-class GenerateRequest:
+class GenerateRequest(_NamedData):
     """A request for a short generated answer: a reason, a summary, or a JSON extraction.
 
     ``json_schema_hint`` (when set) asks for a JSON object; the backend parses it strictly.
@@ -105,13 +112,6 @@ class GenerateRequest:
     max_tokens: int = 200
     json_schema_hint: str | None = None
     hints: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
-
-    def field(self, name: str) -> str | None:
-        """The value of data field ``name`` (None when absent)."""
-        for key, value in self.data:
-            if key == name:
-                return value
-        return None
 
 
 @dataclass(frozen=True, slots=True)
