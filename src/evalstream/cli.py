@@ -12,7 +12,7 @@ import argparse
 import asyncio
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import yaml
@@ -52,6 +52,15 @@ def _config_error(exc: ConfigError) -> int:
     return EXIT_CONFIG
 
 
+def _run_loop(main: Coroutine[Any, Any, int]) -> int:
+    """Run ``main`` on uvloop where it is installed (faster callbacks and sockets)."""
+    try:
+        import uvloop
+    except ImportError:  # e.g. Windows: the standard loop works, only slower
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
 def _run(args: argparse.Namespace) -> int:
     from evalstream.app.worker import run_worker
     from evalstream.logging import configure_logging
@@ -64,7 +73,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         # run_worker builds judges, evaluators and decoders before connecting anything, so
         # a bad evaluator parameter fails here with code 2.
-        return asyncio.run(run_worker(settings))
+        return _run_loop(run_worker(settings))
     except ConfigError as exc:
         return _config_error(exc)
 

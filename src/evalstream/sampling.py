@@ -38,13 +38,21 @@ class Sampler:
         """The effective rate of a route: global rate x the route's own rate."""
         return self._rate * route_rate
 
+    @property
+    def key(self) -> str:
+        """The TraceEvent field sampling hashes."""
+        return self._key
+
     def fraction(self, event: TraceEvent) -> float:
         """The event's position in [0, 1); the same key always gives the same fraction.
 
         An empty key (e.g. no session id) falls back to ``event_id`` so such events still
         spread evenly instead of all landing on one side of every threshold.
         """
-        value = getattr(event, self._key) or event.event_id
+        return self.fraction_of(getattr(event, self._key) or event.event_id)
+
+    def fraction_of(self, value: str) -> float:
+        """The fraction of a raw key value (decoders use it before building an event)."""
         digest = hashlib.blake2b(self._salt + value.encode("utf-8"), digest_size=8).digest()
         return int.from_bytes(digest, "big") / _SCALE
 

@@ -116,6 +116,9 @@ class Pipeline:
             self._build_route(ri, route, judges, metrics)
             for ri, route in enumerate(settings.routes)
         )
+        #: No route samples above this rate: events whose fraction is higher can be skipped
+        #: before routing, and before a decoder builds them (see ``may_sample``).
+        self._max_rate = max(self._sampler.rate_for(r.sample_rate) for r in settings.routes)
         self._skip_sampling = metrics.events_skipped.labels("sampling")
         self._skip_no_route = metrics.events_skipped.labels("no_route")
         self._skip_counters: dict[str, Any] = {}
@@ -135,17 +138,35 @@ class Pipeline:
         """Every configured evaluator instance, in route order."""
         return [b.evaluator for r in self._routes for b in r.evaluators]
 
+    @property
+    def sampling_key(self) -> str:
+        """The TraceEvent field sampling hashes."""
+        return self._sampler.key
+
+    def may_sample(self, key_value: str) -> bool:
+        """Whether an event whose sampling key is ``key_value`` can be sampled by any route.
+
+        Decoders call this before building the event, so an event outside the highest
+        configured rate costs a hash, not a model. Such events are skipped as ``sampling``
+        (not ``no_route``): no route would have evaluated them.
+        """
+        return self._sampler.fraction_of(key_value) < self._max_rate
+
     def plan(self, event: TraceEvent, topic: str) -> list[Planned]:
         """The evaluations ``event`` gets: sampled routes' evaluators. Counts skips.
 
-        An event that matches no route is skipped as ``no_route``; one whose every matching
-        route left it out by sampling is skipped as ``sampling``.
+        An event outside the highest configured rate, or whose every matching route left it
+        out, is skipped as ``sampling``; one that could be sampled but matches no route is
+        skipped as ``no_route``.
         """
+        fraction = self._sampler.fraction(event)
+        if fraction >= self._max_rate:
+            self._skip_sampling.inc()
+            return []
         chosen = self._router.route(event, topic)
         if not chosen:
             self._skip_no_route.inc()
             return []
-        fraction = self._sampler.fraction(event)
         planned: list[Planned] = []
         for index in chosen:
             runtime = self._routes[index]

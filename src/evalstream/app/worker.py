@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import importlib
 import os
 import signal
@@ -34,7 +35,8 @@ from evalstream.app.pipeline import Pipeline, Planned
 from evalstream.config import Settings
 from evalstream.errors import DecodeError, SinkError, SourceError
 from evalstream.events import Alert, EvalResult, RawRecord, TraceEvent
-from evalstream.formats import Decoder, decoder_for
+from evalstream.formats import Decoded, Decoder, decoder_for
+from evalstream.formats.flat_json import SAMPLED_OUT, FlatJsonDecoder
 from evalstream.judges.base import Judge
 from evalstream.judges.registry import build_judges, close_judges
 from evalstream.logging import get_logger
@@ -137,6 +139,11 @@ class Worker:
         self._started = False
         self._fatal: BaseException | None = None
         self._max_bytes = settings.worker.max_message_bytes
+        self._sampling_key = self.pipeline.sampling_key
+        self._skip_sampling = self.metrics.events_skipped.labels("sampling")
+        # Read at scrape time: exact, and free on the hot path.
+        self.metrics.in_flight.set_function(lambda: self._in_flight)
+        self.metrics.in_flight_peak.set_function(lambda: self._peak)
         self._ok_published = self.metrics.results_published.labels("ok")
         self._error_published = self.metrics.results_published.labels("error")
 
@@ -257,43 +264,72 @@ class Worker:
 
     async def _handle_batch(self, records: list[RawRecord]) -> None:
         generation = self._generation
-        counts = Counter(r.topic for r in records) if len(self._consumed) > 1 else None
-        if counts is None:
+        single_topic = len(self._consumed) == 1
+        if single_topic:
             self._consumed[records[0].topic].inc(len(records))
         else:
-            for topic, n in counts.items():
+            for topic, n in Counter(r.topic for r in records).items():
                 self._consumed[topic].inc(n)
         tracker = self.tracker
+        skipped: Counter[str] = Counter()
+        sampled_out = 0
+        decoded_events = 0
+        # The common case (an event sampling leaves out) is handled inline without awaiting,
+        # so the per-message cost stays close to the bare consumer's.
         for record in records:
             if generation != self._generation:
-                return  # a rebalance happened: the rest of this batch may be stale
+                break  # a rebalance happened: the rest of this batch may be stale
             tp = (record.topic, record.partition)
-            if tracker.is_assigned(tp):
-                await self._handle(record, tp)
+            if not tracker.is_assigned(tp):
+                continue
+            try:
+                decoded = self._decode(record)
+            except DecodeError as exc:
+                await self._dead_letter(record, tp, exc.reason, str(exc))
+                continue
+            if decoded is SAMPLED_OUT:
+                sampled_out += 1
+                if not single_topic:
+                    self._decoded[record.topic].inc()
+                tracker.track(tp, record.offset, 0)
+                continue
+            if decoded.skipped:
+                skipped.update(decoded.skipped)
+            events = decoded.events
+            if not events:
+                tracker.track(tp, record.offset, 0)
+                continue
+            if single_topic:
+                decoded_events += len(events)
+            else:
+                self._decoded[record.topic].inc(len(events))
+            await self._dispatch(record, tp, events)
+        if single_topic and decoded_events + sampled_out:
+            self._decoded[records[0].topic].inc(decoded_events + sampled_out)
+        if sampled_out:
+            self._skip_sampling.inc(sampled_out)
+        for reason, n in skipped.items():
+            self.metrics.events_skipped.labels(reason).inc(n)
 
-    async def _handle(self, record: RawRecord, tp: TP) -> None:
+    def _decode(self, record: RawRecord) -> Decoded:
+        """Decode one record; every failure is a ``DecodeError`` (a dead letter)."""
         value = record.value
         if value is not None and len(value) > self._max_bytes:
-            await self._dead_letter(record, tp, "too_large",
-                                    f"value of {len(value)} bytes exceeds "
-                                    f"worker.max_message_bytes={self._max_bytes}")
-            return
+            raise DecodeError("too_large", f"value of {len(value)} bytes exceeds "
+                                           f"worker.max_message_bytes={self._max_bytes}")
+        decoder = self._decoders[record.topic]
         try:
-            decoded = self._decoders[record.topic](record)
-        except DecodeError as exc:
-            await self._dead_letter(record, tp, exc.reason, str(exc))
-            return
+            if type(decoder) is FlatJsonDecoder:
+                return decoder.decode(record, key=self._sampling_key,
+                                      keep=self.pipeline.may_sample)
+            return decoder(record)
+        except DecodeError:
+            raise
         except Exception as exc:  # a decoder bug must not stop the worker
-            await self._dead_letter(record, tp, "decoder_error", type(exc).__name__)
-            return
-        if decoded.skipped:
-            for reason, n in decoded.skipped.items():
-                self.metrics.events_skipped.labels(reason).inc(n)
-        events = decoded.events
-        if not events:
-            self.tracker.track(tp, record.offset, 0)
-            return
-        self._decoded[record.topic].inc(len(events))
+            raise DecodeError("decoder_error", type(exc).__name__) from exc
+
+    async def _dispatch(self, record: RawRecord, tp: TP, events: list[TraceEvent]) -> None:
+        """Plan the events' evaluations, track the offset, start them within the bound."""
         plan = self.pipeline.plan
         if len(events) == 1:
             event = events[0]
@@ -312,26 +348,25 @@ class Worker:
             self._set_paused(True)
         await self._slots.acquire()
         self._in_flight += 1
-        self.metrics.in_flight.set(self._in_flight)
         if self._in_flight > self._peak:
             self._peak = self._in_flight
-            self.metrics.in_flight_peak.set(self._peak)
 
     def _release(self) -> None:
         self._in_flight -= 1
-        self.metrics.in_flight.set(self._in_flight)
         self._slots.release()
         self._freed.set()
 
     # --- work ---------------------------------------------------------------------------
 
     async def _evaluate(self, tp: TP, offset: int, event: TraceEvent, planned: Planned) -> None:
+        # Each task runs in its own copy of the context, so what is bound here is seen by
+        # every log line of this evaluation and needs no unbinding.
+        structlog.contextvars.bind_contextvars(
+            topic=tp[0], partition=tp[1], offset=offset, event_id=event.event_id)
         try:
-            with structlog.contextvars.bound_contextvars(
-                    topic=tp[0], partition=tp[1], offset=offset, event_id=event.event_id):
-                result = await self.pipeline.run(event, planned)
-                if result is not None:
-                    await self._publish(result)
+            result = await self.pipeline.run(event, planned)
+            if result is not None:
+                await self._publish(result)
         except SinkError as exc:
             self._fail(exc)
             return
@@ -531,6 +566,9 @@ async def run_worker(settings: Settings, *, registry: CollectorRegistry | None =
         ConfigError: the configuration is invalid (before anything connects).
     """
     worker = Worker(settings, registry=registry, **worker_options)
+    # Everything built so far (modules, models, lexicons) lives as long as the process:
+    # moving it out of the collector's generations keeps full collections cheap.
+    gc.freeze()
     if handle_signals:
         install_signal_handlers(worker)
     return await worker.run(ready_event)

@@ -14,7 +14,8 @@ Anything that is not a usable event is a ``DecodeError`` with a stable reason co
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -24,7 +25,7 @@ from evalstream.errors import ConfigError, DecodeError
 from evalstream.events import RawRecord, TraceEvent, load_json, stable_hash
 from evalstream.formats.base import Decoded
 
-__all__ = ["FIELDS", "FlatJsonDecoder", "make_decoder"]
+__all__ = ["FIELDS", "SAMPLED_OUT", "FlatJsonDecoder", "make_decoder"]
 
 #: The TraceEvent fields a mapping may name.
 FIELDS: tuple[str, ...] = tuple(TraceEvent.model_fields)
@@ -73,13 +74,19 @@ def _messages(value: Any) -> Any:
 def _attributes(value: Any) -> Any:
     if not isinstance(value, Mapping):
         return value
+    if all(type(item) is str for item in value.values()):
+        return value  # already a flat string map (the common case): nothing to convert
     attrs: dict[str, Any] = {}
     for key, item in value.items():
         if item is None:
             continue
         # A flat string map: scalars become strings, nested values stay and fail validation.
-        attrs[str(key)] = str(item).lower() if isinstance(item, bool) else (
-            str(item) if isinstance(item, int | float) else item)
+        kind = type(item)
+        if kind is bool:
+            item = "true" if item else "false"
+        elif kind is int or kind is float:
+            item = str(item)
+        attrs[str(key)] = item
     return attrs
 
 
@@ -102,17 +109,115 @@ def _describe(exc: ValidationError) -> str:
     )
 
 
+#: What ``decode`` returns for an event sampling leaves out. Shared (one allocation less per
+#: message on the hot path): callers must not mutate it.
+SAMPLED_OUT = Decoded(skipped=Counter(sampling=1))
+
+_STR_FIELDS = ("event_id", "trace_id", "span_id", "session_id", "app", "system_prompt", "input",
+               "output", "reference")
+_TIMESTAMP_TYPES = (str, int, float)
+
+
+def _shape_error(fields: Mapping[str, Any]) -> str | None:
+    """The first field whose JSON type TraceEvent cannot take, or None.
+
+    The same type rules as the model (strings are strings, messages are role/content
+    objects, attributes a flat map), checked with plain ``type`` tests: cheap enough to run
+    on every message, so a wrongly typed message is dead-lettered whether or not it is
+    sampled. Values that need parsing (timestamps) are checked by the model itself.
+    """
+    for name in _STR_FIELDS:
+        value = fields.get(name)
+        if value is not None and type(value) is not str:
+            return name
+    messages = fields.get("messages")
+    if messages is not None:
+        if type(messages) is not list:
+            return "messages"
+        for m in messages:
+            if (type(m) is not dict or type(m.get("role")) is not str
+                    or type(m.get("content")) is not str):
+                return "messages"
+    context = fields.get("context")
+    if context is not None and (type(context) not in (list, tuple)
+                                or any(type(c) is not str for c in context)):
+        return "context"
+    attributes = fields.get("attributes")
+    if attributes is not None and (type(attributes) is not dict
+                                   or any(type(v) is not str for v in attributes.values())):
+        return "attributes"
+    timestamp = fields.get("timestamp")
+    if timestamp is not None and (type(timestamp) is bool
+                                  or not isinstance(timestamp, _TIMESTAMP_TYPES)):
+        return "timestamp"
+    return None
+
+
+def _plainly_valid(data: dict[str, Any]) -> bool:
+    """Whether the raw object is a plain event: every known key of the simplest type.
+
+    A shortcut for the sampling decision only: True means the full path would accept the
+    fields' types and build nothing different; False means "look closer" (take the full
+    path), never "invalid". Written for speed: it runs on every message.
+    """
+    if type(data.get("output")) is not str:
+        return False
+    # Most values are strings; only the others need a closer look.
+    for name in [k for k, v in data.items() if type(v) is not str and v is not None]:
+        value = data[name]
+        if name == "attributes":
+            if type(value) is not dict or (value and set(map(type, value.values())) != _STR):
+                return False
+        elif name == "messages":
+            if type(value) is not list or any(
+                    type(m) is not dict or type(m.get("role")) is not str
+                    or type(m.get("content")) is not str for m in value):
+                return False
+        elif name == "context":
+            if type(value) is not list or (value and set(map(type, value)) != _STR):
+                return False
+        elif name == "timestamp":
+            if type(value) is bool or not isinstance(value, _TIMESTAMP_TYPES):
+                return False
+        elif name in _STR_SET:
+            return False
+    return True
+
+
+_STR: set[type] = {str}
+_STR_SET = frozenset(_STR_FIELDS)
+
+
 class FlatJsonDecoder:
     """Decodes flat JSON messages of one topic (see the module docstring)."""
 
-    __slots__ = ("_paths", "_topic")
+    __slots__ = ("_identity", "_paths", "_topic")
 
     def __init__(self, topic: str, paths: Mapping[str, tuple[str, ...]]) -> None:
         self._topic = topic
         self._paths = tuple(paths.items())
+        #: No custom mapping: the raw object's keys are the field names (enables the shortcut).
+        self._identity = all(path == (name,) for name, path in self._paths)
 
     def __call__(self, record: RawRecord) -> Decoded:
         """Decode one message into exactly one event, or raise ``DecodeError``."""
+        return self.decode(record)
+
+    def decode(self, record: RawRecord, *, key: str = "trace_id",
+               keep: Callable[[str], bool] | None = None) -> Decoded:
+        """Decode one message; with ``keep``, skip events sampling would drop, cheaply.
+
+        Args:
+            record: The message.
+            key: The TraceEvent field sampling hashes (``event_id`` when it is empty).
+            keep: Whether an event with this key value can be sampled at all. When it says
+                no, the event is counted as skipped (``sampling``) without building the
+                model: the message still had to be a JSON object with an output and fields
+                of the right types, so malformed messages are dead-lettered either way.
+
+        Raises:
+            DecodeError: the message is not a usable event.
+        """
         value = record.value
         if not value:
             raise DecodeError("empty", "the message has no value")
@@ -125,44 +230,60 @@ class FlatJsonDecoder:
                 raise DecodeError("invalid_utf8",
                                   f"not valid UTF-8 at byte {exc.start}") from None
             raise DecodeError("invalid_json", "the value is not valid JSON") from None
-        if not isinstance(data, dict):
+        if type(data) is not dict:
             raise DecodeError("not_an_object",
                               f"expected a JSON object, got {type(data).__name__}")
+        if keep is not None and self._identity and _plainly_valid(data):
+            # The common case, decided without building anything: sampled out, or sampled
+            # (and then fully validated by the model below, so no shape check is needed).
+            key_value = data.get(key) or data.get("event_id")
+            if type(key_value) is str and key_value:
+                if not keep(key_value):
+                    return SAMPLED_OUT
+                keep = None
         fields: dict[str, Any] = {}
         for name, path in self._paths:
-            found = data.get(path[0], _MISSING) if len(path) == 1 else _lookup(data, path)
-            if found is not _MISSING and found is not None:
+            found = data.get(path[0]) if len(path) == 1 else _lookup(data, path)
+            if found is not None and found is not _MISSING:
                 fields[name] = found
-        return Decoded(events=[self._event(fields, record)])
+        self._normalise(fields, record)
+        if keep is not None:
+            bad = _shape_error(fields)
+            if bad is not None:
+                raise DecodeError("invalid_field", f"{bad}: wrong type")
+            if not keep(fields.get(key) or fields["event_id"]):
+                return SAMPLED_OUT
+        try:
+            event = TraceEvent.model_validate(fields)
+        except ValidationError as exc:
+            raise DecodeError("invalid_field", _describe(exc)) from None
+        return Decoded(events=[event])
 
-    def _event(self, fields: dict[str, Any], record: RawRecord) -> TraceEvent:
-        if "messages" in fields:
-            fields["messages"] = _messages(fields["messages"])
-            if "input" not in fields and (last_user := _last(fields["messages"], "user",
-                                                             final=False)):
+    def _normalise(self, fields: dict[str, Any], record: RawRecord) -> None:
+        """Derive and coerce fields in place (ids, input/output from messages, attributes)."""
+        messages = fields.get("messages")
+        if messages is not None:
+            messages = fields["messages"] = _messages(messages)
+            if "input" not in fields and (last_user := _last(messages, "user", final=False)):
                 fields["input"] = last_user
-            if "output" not in fields and (answer := _last(fields["messages"], "assistant",
-                                                           final=True)):
+            if "output" not in fields and (answer := _last(messages, "assistant", final=True)):
                 fields["output"] = answer
         if "output" not in fields:
             raise DecodeError("missing_output", "no output (assistant answer) in the message")
-        if "attributes" in fields:
-            fields["attributes"] = _attributes(fields["attributes"])
-        if isinstance(fields.get("context"), str):
+        attributes = fields.get("attributes")
+        if attributes is not None:
+            fields["attributes"] = _attributes(attributes)
+        if type(fields.get("context")) is str:
             fields["context"] = (fields["context"],)
         event_id = fields.get("event_id")
-        if isinstance(event_id, int | str) and not isinstance(event_id, bool) and event_id != "":
+        if type(event_id) is int:
             fields["event_id"] = str(event_id)
-        else:
+        elif type(event_id) is not str or not event_id:
             fields["event_id"] = stable_hash(record.topic, record.partition, record.offset)
         if not fields.get("trace_id"):
             fields["trace_id"] = fields["event_id"]
         if "timestamp" not in fields and record.timestamp_ms is not None:
             fields["timestamp"] = record.timestamp_ms / 1000.0
-        try:
-            return TraceEvent.model_validate(fields)
-        except ValidationError as exc:
-            raise DecodeError("invalid_field", _describe(exc)) from None
 
 
 def make_decoder(topic: InputTopic) -> FlatJsonDecoder:

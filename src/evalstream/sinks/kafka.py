@@ -48,6 +48,7 @@ class KafkaSink:
             "acks": "all",
             "enable_idempotence": False,
             "linger_ms": s.producer_linger_ms,
+            "max_batch_size": min(s.producer_batch_bytes, s.max_request_size),
             "compression_type": s.producer_compression,
             "max_request_size": s.max_request_size,
         }
