@@ -122,6 +122,7 @@ class Pipeline:
         self._skip_sampling = metrics.events_skipped.labels("sampling")
         self._skip_no_route = metrics.events_skipped.labels("no_route")
         self._skip_counters: dict[str, Any] = {}
+        self._log_content = settings.logging.log_content
 
     @staticmethod
     def _build_route(ri: int, route: Route, judges: Mapping[str, Judge],
@@ -197,8 +198,13 @@ class Pipeline:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # an evaluator bug must not stop the worker
-            log.warning("evaluator_failed", route=bound.route, evaluator=bound.label,
-                        error_type=type(exc).__name__)
+            if self._log_content:  # opt-in only: traces hold user data
+                log.warning("evaluator_failed", route=bound.route, evaluator=bound.label,
+                            error_type=type(exc).__name__, error=str(exc),
+                            input=event.input, output=event.output)
+            else:
+                log.warning("evaluator_failed", route=bound.route, evaluator=bound.label,
+                            error_type=type(exc).__name__)
             return self._error(event, planned, f"{type(exc).__name__}: {exc}")
         finally:
             bound.seconds.observe(time.perf_counter() - started)

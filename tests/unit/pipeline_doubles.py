@@ -1,0 +1,85 @@
+"""Test doubles for pipeline and worker unit tests: a scripted evaluator and a null judge.
+
+The scripted evaluator's behaviour is chosen by the event's ``output`` so one route can
+exercise every path: ``skip``, ``judge_error``, ``boom``, ``bad_score``, ``fail``, and
+``sleep:<seconds>`` (then pass); anything else passes with score 0.9.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from evalstream.config import Settings, load_settings
+from evalstream.errors import JudgeError, SkipEvaluation
+from evalstream.evaluators import register
+from evalstream.evaluators.base import Evaluator, EvaluatorParams, Score
+from evalstream.events import RawRecord, TraceEvent, dump_json
+from evalstream.judges.base import GenerateRequest, Generation, Judge, Judgement, JudgeRequest
+
+
+class NullJudge(Judge):
+    """Never asked: the scripted evaluators decide by themselves."""
+
+    name = "builtin"
+
+    async def judge(self, request: JudgeRequest) -> Judgement:
+        raise AssertionError("not used")
+
+    async def generate(self, request: GenerateRequest) -> Generation:
+        raise AssertionError("not used")
+
+
+JUDGES: dict[str, Judge] = {"builtin": NullJudge()}
+
+
+@register
+class Scripted(Evaluator[EvaluatorParams]):
+    name = "unit_scripted"
+
+    async def evaluate(self, event: TraceEvent) -> Score:
+        output = event.output or ""
+        if output.startswith("sleep:"):
+            await asyncio.sleep(float(output.split(":", 1)[1]))
+        elif output == "skip":
+            raise SkipEvaluation("no_thing")
+        elif output == "judge_error":
+            raise JudgeError("upstream 503 after retries")
+        elif output == "boom":
+            raise RuntimeError("evaluator bug")
+        elif output == "bad_score":
+            return Score(score=2.0, label="x", passed=True)
+        elif output == "fail":
+            return Score(score=0.2, label="bad", passed=False, threshold=0.5)
+        return Score(score=0.9, label="good", passed=True, threshold=0.5,
+                     probabilities={"good": 0.9, "bad": 0.1}, details={"k": 1})
+
+
+@register
+class Labels(Evaluator[EvaluatorParams]):
+    name = "unit_labels"
+    is_label_evaluator = True
+
+    def labels(self) -> tuple[str, ...]:
+        return ("billing", "other")
+
+    async def evaluate(self, event: TraceEvent) -> Score:
+        label = "billing" if "bill" in (event.output or "") else "surprise"
+        return Score(score=None, label=label, passed=None)
+
+
+def settings(**sections: Any) -> Settings:
+    data: dict[str, Any] = {
+        "inputs": [{"topic": "traces"}],
+        "routes": [{"name": "main", "evaluators": [{"evaluator": "unit_scripted"}]}],
+        "server": {"host": "127.0.0.1", "port": 0},
+        "worker": {"commit_interval_s": 0.05, "shutdown_timeout_s": 5},
+        "drift": {"enabled": False},
+    }
+    data.update(sections)
+    return load_settings(None, **data)
+
+
+def raw(i: int, output: str = "ok", partition: int = 0, **fields: Any) -> RawRecord:
+    body = {"event_id": f"e{i}", "trace_id": f"t{i}", "output": output, **fields}
+    return RawRecord("traces", partition, i, dump_json(body))

@@ -1,0 +1,76 @@
+"""Commit watermarks: commits never cover unfinished work, whatever the completion order."""
+
+from __future__ import annotations
+
+from evalstream.app.offsets import OffsetTracker
+
+TP = ("traces", 0)
+
+
+def test_commit_stops_at_the_lowest_unfinished_offset() -> None:
+    t = OffsetTracker()
+    t.assign([TP])
+    for offset in range(5):
+        t.track(TP, offset, 1)
+    assert t.committable() == {TP: 0}
+    t.done(TP, 3)
+    t.done(TP, 1)
+    assert t.committable() == {TP: 0}  # 0 is still running
+    t.done(TP, 0)
+    assert t.committable() == {TP: 2}  # 0 and 1 done, 2 not
+    t.done(TP, 2)
+    t.done(TP, 4)
+    assert t.committable() == {TP: 5}
+    assert t.outstanding == 0
+
+
+def test_messages_with_several_results_complete_on_the_last() -> None:
+    t = OffsetTracker()
+    t.assign([TP])
+    t.track(TP, 10, 3)
+    t.done(TP, 10)
+    t.done(TP, 10)
+    assert t.committable() == {TP: 10}
+    assert t.pending([TP]) == 1
+    t.done(TP, 10)
+    assert t.committable() == {TP: 11}
+
+
+def test_skipped_messages_complete_at_once_but_not_past_running_work() -> None:
+    t = OffsetTracker()
+    t.assign([TP])
+    t.track(TP, 0, 0)
+    t.track(TP, 1, 0)
+    assert t.committable() == {TP: 2}
+    t.track(TP, 2, 1)
+    t.track(TP, 3, 0)  # skipped, but behind running offset 2
+    assert t.committable() == {TP: 2}
+    t.done(TP, 2)
+    assert t.committable() == {TP: 4}
+
+
+def test_unchanged_positions_are_not_committed_twice() -> None:
+    t = OffsetTracker()
+    t.assign([TP])
+    t.track(TP, 0, 0)
+    positions = t.committable()
+    t.committed(positions)
+    assert t.committable() == {}
+    t.track(TP, 1, 0)
+    assert t.committable() == {TP: 2}
+
+
+def test_revoked_partitions_are_forgotten() -> None:
+    other = ("traces", 1)
+    t = OffsetTracker()
+    t.assign([TP, other])
+    t.track(TP, 0, 2)
+    t.track(other, 0, 1)
+    assert t.outstanding == 3
+    t.revoke([TP])
+    assert not t.is_assigned(TP)
+    assert t.outstanding == 1
+    t.done(TP, 0)  # late completion of revoked work is ignored
+    assert t.outstanding == 1
+    assert t.committable() == {other: 0}
+    assert t.committable([TP]) == {}

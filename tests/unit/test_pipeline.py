@@ -1,0 +1,127 @@
+"""The pipeline: sampling and routing with counted skips; evaluator outcomes as results."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from evalstream.app.pipeline import Pipeline
+from evalstream.errors import ConfigError
+from evalstream.events import TraceEvent, result_id
+from evalstream.metrics import Metrics
+from tests.unit.pipeline_doubles import JUDGES, settings
+
+
+def make(**sections: object) -> tuple[Pipeline, CollectorRegistry]:
+    registry = CollectorRegistry()
+    return Pipeline(settings(**sections), JUDGES, Metrics(registry)), registry
+
+
+def ev(i: int = 1, output: str = "ok", **kw: object) -> TraceEvent:
+    return TraceEvent.model_validate({"event_id": f"e{i}", "trace_id": f"t{i}",
+                                      "output": output, **kw})
+
+
+def count(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    return registry.get_sample_value(name, labels) or 0.0
+
+
+async def test_a_passing_result_carries_the_contract_fields() -> None:
+    pipeline, registry = make()
+    (result,) = await pipeline.evaluate(ev(3, app="bot", session_id="s"), topic="traces")
+    spec = pipeline.settings.routes[0].evaluators[0]
+    assert result.result_id == result_id("e3", "unit_scripted", spec.model_dump(mode="json"))
+    assert (result.event_id, result.trace_id, result.app, result.session_id) == (
+        "e3", "t3", "bot", "s")
+    assert (result.route, result.evaluator, result.status) == ("main", "unit_scripted", "ok")
+    assert (result.score, result.label, result.passed, result.sample_rate) == (
+        0.9, "good", True, 1.0)
+    assert count(registry, "evalstream_evaluations_total", route="main",
+                 evaluator="unit_scripted", outcome="passed") == 1
+
+
+async def test_same_event_and_config_give_the_same_result_id() -> None:
+    a, _ = make()
+    b, _ = make()
+    (ra,) = await a.evaluate(ev(9), topic="traces")
+    (rb,) = await b.evaluate(ev(9), topic="traces")
+    assert ra.result_id == rb.result_id
+    c, _ = make(routes=[{"name": "main", "evaluators": [
+        {"evaluator": "unit_scripted", "params": {}, "reasons": "always"}]}])
+    (rc,) = await c.evaluate(ev(9), topic="traces")
+    assert rc.result_id != ra.result_id  # a different evaluator config
+
+
+@pytest.mark.parametrize(("output", "error"), [
+    ("judge_error", "judge: upstream 503"), ("boom", "RuntimeError: evaluator bug"),
+    ("bad_score", "invalid score fields: score")])
+async def test_failures_become_error_results(output: str, error: str) -> None:
+    pipeline, registry = make()
+    (result,) = await pipeline.evaluate(ev(output=output), topic="traces")
+    assert result.status == "error"
+    assert result.error is not None
+    assert result.error.startswith(error)
+    assert result.score is None
+    assert count(registry, "evalstream_evaluations_total", route="main",
+                 evaluator="unit_scripted", outcome="error") == 1
+
+
+async def test_evaluator_skips_are_counted_by_reason() -> None:
+    pipeline, registry = make()
+    assert await pipeline.evaluate(ev(output="skip"), topic="traces") == []
+    assert count(registry, "evalstream_events_skipped_total", reason="no_thing") == 1
+
+
+async def test_sampling_and_no_route_skips() -> None:
+    pipeline, registry = make(
+        sampling={"rate": 0.5},
+        routes=[{"name": "bot", "match": {"app": ["bot"]}, "sample_rate": 1.0,
+                 "evaluators": [{"evaluator": "unit_scripted"}]}])
+    results = [await pipeline.evaluate(ev(i, app="bot"), topic="traces") for i in range(400)]
+    evaluated = sum(len(r) for r in results)
+    assert 150 < evaluated < 250
+    assert all(r[0].sample_rate == 0.5 for r in results if r)
+    assert count(registry, "evalstream_events_skipped_total", reason="sampling") == (
+        400 - evaluated)
+    assert count(registry, "evalstream_events_sampled_total", route="bot") == evaluated
+    # A sampled event that matches no route is a no_route skip.
+    kept = next(i for i, r in enumerate(results) if r)
+    assert await pipeline.evaluate(ev(kept, app="other"), topic="traces") == []
+    assert count(registry, "evalstream_events_skipped_total", reason="no_route") == 1
+
+
+async def test_all_routing_runs_every_matching_route() -> None:
+    routes = [{"name": "a", "evaluators": [{"evaluator": "unit_scripted"}]},
+              {"name": "b", "sample_rate": 1.0, "evaluators": [
+                  {"evaluator": "unit_scripted"}, {"evaluator": "unit_labels"}]}]
+    first, _ = make(routes=routes)
+    assert [r.route for r in await first.evaluate(ev(), topic="traces")] == ["a"]
+    every, registry = make(routes=routes, worker={"routing": "all"})
+    results = await every.evaluate(ev(output="the bill"), topic="traces")
+    assert sorted((r.route, r.evaluator) for r in results) == [
+        ("a", "unit_scripted"), ("b", "unit_labels"), ("b", "unit_scripted")]
+    assert count(registry, "evalstream_labels_total", route="b", evaluator="unit_labels",
+                 label="billing") == 1
+    await every.evaluate(ev(2, output="x"), topic="traces")
+    # Labels outside the evaluator's closed set collapse to "other" (bounded cardinality).
+    assert count(registry, "evalstream_labels_total", route="b", evaluator="unit_labels",
+                 label="other") == 1
+    assert count(registry, "evalstream_evaluations_total", route="b",
+                 evaluator="unit_labels", outcome="labelled") == 2
+
+
+def test_bad_evaluator_params_and_plugins_fail_at_construction() -> None:
+    with pytest.raises(ConfigError, match=r"routes\[0\] \(main\) evaluators\[0\]"):
+        make(routes=[{"name": "main", "evaluators": [
+            {"evaluator": "unit_scripted", "params": {"nope": 1}}]}])
+    with pytest.raises(ConfigError, match=r"plugins\.0: cannot import 'no_such_module_x'"):
+        make(plugins=["no_such_module_x"])
+
+
+def test_may_sample_uses_the_highest_route_rate() -> None:
+    pipeline, _ = make(sampling={"rate": 0.5}, routes=[
+        {"name": "a", "sample_rate": 0.2, "evaluators": [{"evaluator": "unit_scripted"}]},
+        {"name": "b", "sample_rate": 0.6, "evaluators": [{"evaluator": "unit_scripted"}]}])
+    keys = [f"t{i}" for i in range(5000)]
+    share = sum(pipeline.may_sample(k) for k in keys) / len(keys)
+    assert abs(share - 0.3) < 0.03

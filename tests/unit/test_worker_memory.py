@@ -1,0 +1,209 @@
+"""The worker loop on an in-memory source and sink: delivery, watermarks, backpressure,
+rebalance, output failures, drain, observers, health endpoints, log context."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+import structlog
+from prometheus_client import CollectorRegistry
+
+from evalstream.app.observers import PublishAlert, RecordingObserver
+from evalstream.app.worker import Worker
+from evalstream.events import Alert, EvalResult, RawRecord
+from evalstream.sinks.memory import MemorySink
+from evalstream.sources.memory import MemorySource
+from tests.unit.pipeline_doubles import JUDGES, raw, settings
+
+TP0 = ("traces", 0)
+TP1 = ("traces", 1)
+
+
+def build(records: list[RawRecord], *, sink: MemorySink | None = None,
+          observers: tuple[Any, ...] = (), **sections: Any) -> tuple[Worker, MemorySource,
+                                                                    MemorySink]:
+    source = MemorySource(records)
+    sink = sink or MemorySink()
+    worker = Worker(settings(**sections), registry=CollectorRegistry(), judges=JUDGES,
+                    source=source, sink=sink, observers=observers)
+    return worker, source, sink
+
+
+async def until(predicate: Any, timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.005)
+
+
+@asynccontextmanager
+async def started(worker: Worker) -> AsyncIterator[asyncio.Task[int]]:
+    ready = asyncio.Event()
+    task = asyncio.create_task(worker.run(ready))
+    await asyncio.wait_for(ready.wait(), 5)
+    try:
+        yield task
+    finally:
+        worker.request_stop()
+        await asyncio.wait_for(asyncio.shield(task), 15)
+
+
+def metric(worker: Worker, name: str, **labels: str) -> float:
+    return worker.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+async def test_every_record_is_a_result_a_skip_or_a_dead_letter() -> None:
+    records = [raw(0), raw(1, "skip"), RawRecord("traces", 0, 2, b"{oops"), raw(3, "fail"),
+               raw(4, "boom"), RawRecord("traces", 0, 5, b"x" * 2000), raw(6)]
+    worker, source, sink = build(records, worker={"max_message_bytes": 1000,
+                                                  "commit_interval_s": 0.02})
+    async with started(worker):
+        await until(lambda: source.committed.get(TP0) == 7)
+    assert sorted(r.event_id for r in sink.results) == ["e0", "e3", "e4", "e6"]
+    assert {r.event_id: r.status for r in sink.results}["e4"] == "error"
+    assert sorted((d.record.offset, d.reason) for d in sink.dead_letters) == [
+        (2, "invalid_json"), (5, "too_large")]
+    assert metric(worker, "evalstream_events_skipped_total", reason="no_thing") == 1
+    assert metric(worker, "evalstream_dead_letters_total", reason="too_large") == 1
+    assert metric(worker, "evalstream_messages_consumed_total", topic="traces") == 7
+    assert metric(worker, "evalstream_results_published_total", status="error") == 1
+
+
+async def test_commits_wait_for_the_slowest_earlier_message() -> None:
+    records = [raw(0, "sleep:0.4"), raw(1), raw(2), raw(3)]
+    worker, source, sink = build(records)
+    async with started(worker):
+        await until(lambda: len(sink.results) == 3)
+        await asyncio.sleep(0.15)  # several commit intervals pass while offset 0 runs
+        assert source.committed.get(TP0, 0) == 0
+        await until(lambda: source.committed.get(TP0) == 4)
+    # Nothing between 0 and 4 was ever committed, although 1-3 finished long before 0.
+    assert {v for commit in source.commits for v in commit.values()} <= {0, 4}
+
+
+async def test_in_flight_never_exceeds_the_bound_and_intake_pauses() -> None:
+    records = [raw(i, "sleep:0.02", partition=i % 2) for i in range(60)]
+    worker, source, sink = build(records, worker={"max_in_flight": 5,
+                                                  "commit_interval_s": 0.02})
+    seen: list[int] = []
+    async with started(worker):
+        async def watch() -> None:
+            while True:
+                seen.append(worker.in_flight)
+                await asyncio.sleep(0.001)
+        watcher = asyncio.create_task(watch())
+        await until(lambda: len(sink.results) == 60)
+        watcher.cancel()
+    assert max(seen) <= 5
+    assert worker.in_flight_peak == 5
+    assert metric(worker, "evalstream_in_flight_evaluations_peak") == 5
+    assert source.pause_count >= 1
+    assert metric(worker, "evalstream_backpressure_pauses_total") >= 1
+
+
+async def test_revoke_finishes_in_flight_work_then_commits() -> None:
+    records = [raw(0, "sleep:0.3", partition=0), raw(1, partition=1)]
+    worker, source, sink = build(records)
+    async with started(worker):
+        await until(lambda: worker.in_flight == 1 and len(sink.results) == 1)
+        await source.revoke([TP0])
+        # The revoke waited for offset 0's result and committed it before letting go.
+        assert [r.event_id for r in sink.results if r.event_id == "e0"] == ["e0"]
+        assert source.committed[TP0] == 1
+        assert not worker.tracker.is_assigned(TP0)
+
+
+async def test_output_failure_stops_the_worker_without_committing() -> None:
+    worker, source, _ = build([raw(0), raw(1)], sink=MemorySink(fail=True))
+    ready = asyncio.Event()
+    code = await asyncio.wait_for(worker.run(ready), 10)
+    assert code == 1
+    assert source.committed.get(TP0, 0) == 0
+
+
+async def test_drain_timeout_abandons_work_uncommitted_and_exits_zero() -> None:
+    worker, source, sink = build([raw(0), raw(1, "sleep:30")],
+                                 worker={"shutdown_timeout_s": 0.3, "commit_interval_s": 0.02})
+    async with started(worker) as task:
+        await until(lambda: len(sink.results) == 1 and worker.in_flight == 1)
+    assert task.result() == 0
+    assert source.committed[TP0] == 1  # offset 1 was abandoned: it will be redelivered
+
+
+async def test_observers_see_acknowledged_results_and_publish_alerts() -> None:
+    class Alerting(RecordingObserver):
+        async def run(self, publish_alert: PublishAlert, stop: asyncio.Event) -> None:
+            await until(lambda: len(self.results) >= 2)
+            await publish_alert(Alert(alert_id="a1", state="firing", route="main",
+                                      evaluator="unit_scripted", kind="pass_rate_drop",
+                                      first_seen=self.results[0].evaluated_at))
+            await stop.wait()
+
+    observer = Alerting()
+    worker, _, sink = build([raw(0), raw(1, "fail")], observers=(observer,))
+    async with started(worker):
+        await until(lambda: len(sink.alerts) == 1)
+    assert [r.result_id for r in observer.results] == [r.result_id for r in sink.results]
+    key, alert = sink.alerts[0]
+    assert key == "main/unit_scripted"
+    assert alert.state == "firing"
+    assert metric(worker, "evalstream_alerts_total", route="main", evaluator="unit_scripted",
+                  kind="pass_rate_drop", state="firing") == 1
+
+
+async def test_health_endpoints() -> None:
+    worker, _, sink = build([raw(0)])
+    async with started(worker):
+        await until(lambda: len(sink.results) == 1)
+        base = f"http://127.0.0.1:{worker.health.port}"
+        async with httpx.AsyncClient() as client:
+            assert (await client.get(f"{base}/healthz")).status_code == 200
+            assert (await client.get(f"{base}/readyz")).text == "ready\n"
+            metrics = (await client.get(f"{base}/metrics")).text
+            assert 'evalstream_results_published_total{status="ok"} 1.0' in metrics
+            assert (await client.get(f"{base}/nope")).status_code == 404
+            assert (await client.post(f"{base}/metrics")).status_code == 405
+        worker.source.assignment = set  # type: ignore[method-assign]  # lost its partitions
+        async with httpx.AsyncClient() as client:
+            assert (await client.get(f"{base}/readyz")).status_code == 503
+
+
+async def test_evaluation_logs_carry_the_message_context() -> None:
+    worker, _, sink = build([raw(5, "boom")])
+    with structlog.testing.capture_logs(
+            processors=[structlog.contextvars.merge_contextvars]) as logs:
+        async with started(worker):
+            await until(lambda: len(sink.results) == 1)
+    (failed,) = [entry for entry in logs if entry["event"] == "evaluator_failed"]
+    assert failed["topic"] == "traces"
+    assert failed["partition"] == 0
+    assert failed["offset"] == 5
+    assert failed["event_id"] == "e5"
+    assert "boom" not in str(failed)  # no content in logs by default
+
+
+@pytest.mark.parametrize("bad", [b"", b"[]"])
+async def test_dead_letters_keep_the_original_bytes(bad: bytes) -> None:
+    worker, source, sink = build([RawRecord("traces", 0, 0, bad, key=b"k")])
+    async with started(worker):
+        await until(lambda: source.committed.get(TP0) == 1)
+    (dead,) = sink.dead_letters
+    assert dead.record.value == bad
+    assert dead.record.key == b"k"
+
+
+def test_results_are_eval_results() -> None:
+    assert EvalResult.model_fields["result_id"].is_required()
+
+
+async def test_content_is_logged_only_when_asked() -> None:
+    worker, _, sink = build([raw(5, "boom")], logging={"log_content": True})
+    with structlog.testing.capture_logs() as logs:
+        async with started(worker):
+            await until(lambda: len(sink.results) == 1)
+    (failed,) = [entry for entry in logs if entry["event"] == "evaluator_failed"]
+    assert failed["output"] == "boom"
