@@ -80,6 +80,13 @@ async def test_every_message_is_a_result_a_skip_or_a_dead_letter(broker: Broker)
     async with running(worker):
         await wait_for(lambda: _reached(broker, topics, ends), timeout=60,
                        what="committed offsets to reach the end")
+
+        def caught_up() -> bool:  # lag comes from fetch high watermarks (DESIGN §7)
+            lags = [registry.get_sample_value("evalstream_consumer_lag_messages",
+                                              {"topic": topics.inputs, "partition": str(p)})
+                    for p in range(PARTITIONS)]
+            return all(lag == 0 for lag in lags)
+        await wait_for(caught_up, timeout=10, what="consumer lag gauges to reach 0")
         peak = worker.in_flight_peak
 
     published = await results(broker.bootstrap, topics.results, expect=len(sampled))

@@ -14,6 +14,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import httpx
 import pytest
 
 from evalstream.events import load_json
@@ -137,6 +138,8 @@ async def test_sigterm_drains_in_flight_work_and_exits_zero(broker: Broker,
         await wait_for(busy, timeout=30, what="evaluations in flight")
         in_flight = await asyncio.to_thread(scrape, port, "evalstream_in_flight_evaluations")
         assert in_flight is not None
+        ready = await asyncio.to_thread(httpx.get, f"http://127.0.0.1:{port}/readyz")
+        assert ready.status_code == 200
         published_before = await asyncio.to_thread(
             scrape, port, "evalstream_results_published_total", {"status": "ok"}) or 0.0
         started = time.monotonic()

@@ -51,7 +51,7 @@ __all__ = ["Worker", "install_signal_handlers", "run_worker"]
 log = get_logger(__name__)
 
 _POLL_TIMEOUT_S = 0.5
-_LAG_INTERVAL_S = 5.0
+_LAG_INTERVAL_S = 1.0
 _DEAD_LETTER_CONCURRENCY = 64
 _EXIT_FORCED = 130
 
