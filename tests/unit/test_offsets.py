@@ -11,15 +11,16 @@ def test_commit_stops_at_the_lowest_unfinished_offset() -> None:
     t = OffsetTracker()
     t.assign([TP])
     for offset in range(5):
-        t.track(TP, offset, 1)
+        state = t.track(TP, offset, 1)
+    assert state is not None
     assert t.committable() == {TP: 0}
-    t.done(TP, 3)
-    t.done(TP, 1)
+    t.done(state, 3)
+    t.done(state, 1)
     assert t.committable() == {TP: 0}  # 0 is still running
-    t.done(TP, 0)
+    t.done(state, 0)
     assert t.committable() == {TP: 2}  # 0 and 1 done, 2 not
-    t.done(TP, 2)
-    t.done(TP, 4)
+    t.done(state, 2)
+    t.done(state, 4)
     assert t.committable() == {TP: 5}
     assert t.outstanding == 0
 
@@ -27,12 +28,13 @@ def test_commit_stops_at_the_lowest_unfinished_offset() -> None:
 def test_messages_with_several_results_complete_on_the_last() -> None:
     t = OffsetTracker()
     t.assign([TP])
-    t.track(TP, 10, 3)
-    t.done(TP, 10)
-    t.done(TP, 10)
+    state = t.track(TP, 10, 3)
+    assert state is not None
+    t.done(state, 10)
+    t.done(state, 10)
     assert t.committable() == {TP: 10}
     assert t.pending([TP]) == 1
-    t.done(TP, 10)
+    t.done(state, 10)
     assert t.committable() == {TP: 11}
 
 
@@ -42,10 +44,11 @@ def test_skipped_messages_complete_at_once_but_not_past_running_work() -> None:
     t.track(TP, 0, 0)
     t.track(TP, 1, 0)
     assert t.committable() == {TP: 2}
-    t.track(TP, 2, 1)
+    state = t.track(TP, 2, 1)
+    assert state is not None
     t.track(TP, 3, 0)  # skipped, but behind running offset 2
     assert t.committable() == {TP: 2}
-    t.done(TP, 2)
+    t.done(state, 2)
     assert t.committable() == {TP: 4}
 
 
@@ -64,13 +67,32 @@ def test_revoked_partitions_are_forgotten() -> None:
     other = ("traces", 1)
     t = OffsetTracker()
     t.assign([TP, other])
-    t.track(TP, 0, 2)
+    state = t.track(TP, 0, 2)
+    assert state is not None
     t.track(other, 0, 1)
     assert t.outstanding == 3
     t.revoke([TP])
     assert not t.is_assigned(TP)
     assert t.outstanding == 1
-    t.done(TP, 0)  # late completion of revoked work is ignored
+    t.done(state, 0)  # late completion of revoked work is ignored
     assert t.outstanding == 1
     assert t.committable() == {other: 0}
     assert t.committable([TP]) == {}
+    assert t.track(TP, 1, 1) is None  # records of a partition we do not hold are dropped
+
+
+def test_work_from_before_a_reassignment_cannot_complete_the_new_state() -> None:
+    t = OffsetTracker()
+    t.assign([TP])
+    old = t.track(TP, 10, 2)
+    assert old is not None
+    t.revoke([TP])
+    t.assign([TP])  # the same partition comes back; offset 10 is fetched again
+    new = t.track(TP, 10, 2)
+    assert new is not None
+    t.done(old, 10)
+    t.done(old, 10)  # the old generation's results do not count for the new one
+    assert t.committable() == {TP: 10}
+    t.done(new, 10)
+    t.done(new, 10)
+    assert t.committable() == {TP: 11}

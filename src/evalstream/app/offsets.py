@@ -12,16 +12,24 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-__all__ = ["TP", "OffsetTracker"]
+__all__ = ["TP", "OffsetTracker", "PartitionState"]
 
 #: (topic, partition)
 TP = tuple[str, int]
 
 
-class _Partition:
-    __slots__ = ("committed", "end", "order", "remaining")
+class PartitionState:
+    """One partition's outstanding work; handed out by ``track`` and given back to ``done``.
 
-    def __init__(self) -> None:
+    A revoke replaces the state, so work that completes after its partition was revoked
+    (and perhaps assigned back, with the same offsets tracked anew) cannot touch the new
+    state: ``done`` ignores states that are no longer current.
+    """
+
+    __slots__ = ("committed", "end", "order", "remaining", "tp")
+
+    def __init__(self, tp: TP) -> None:
+        self.tp = tp
         self.order: deque[int] = deque()
         self.remaining: dict[int, int] = {}
         self.end: int | None = None
@@ -35,7 +43,7 @@ class OffsetTracker:
     """Tracks outstanding work per offset and yields the offsets safe to commit."""
 
     def __init__(self) -> None:
-        self._parts: dict[TP, _Partition] = {}
+        self._parts: dict[TP, PartitionState] = {}
         self._outstanding = 0
 
     @property
@@ -46,7 +54,7 @@ class OffsetTracker:
     def assign(self, tps: Iterable[TP]) -> None:
         """Start tracking these partitions (fresh state)."""
         for tp in tps:
-            self._parts[tp] = _Partition()
+            self._parts[tp] = PartitionState(tp)
 
     def revoke(self, tps: Iterable[TP]) -> None:
         """Forget these partitions; work still finishing for them is ignored."""
@@ -59,23 +67,28 @@ class OffsetTracker:
         """Whether ``tp`` is tracked (records of revoked partitions are dropped)."""
         return tp in self._parts
 
-    def track(self, tp: TP, offset: int, pending: int) -> None:
-        """Record that ``offset`` was taken with ``pending`` pieces of work (0: complete)."""
+    def track(self, tp: TP, offset: int, pending: int) -> PartitionState | None:
+        """Record that ``offset`` was taken with ``pending`` pieces of work (0: complete).
+
+        Returns:
+            The state to pass to :meth:`done` for each piece, or None when ``tp`` is not
+            assigned (its records are dropped, not tracked).
+        """
         part = self._parts.get(tp)
         if part is None:
-            part = self._parts[tp] = _Partition()
+            return None
         part.end = offset + 1
         if pending <= 0 and not part.order:
-            return
+            return part
         part.order.append(offset)
         part.remaining[offset] = pending
         self._outstanding += pending
+        return part
 
-    def done(self, tp: TP, offset: int) -> None:
+    def done(self, part: PartitionState, offset: int) -> None:
         """One piece of work of ``offset`` is complete (acknowledged)."""
-        part = self._parts.get(tp)
-        if part is None or offset not in part.remaining:
-            return  # the partition was revoked meanwhile
+        if self._parts.get(part.tp) is not part or offset not in part.remaining:
+            return  # the partition was revoked meanwhile: this state is history
         part.remaining[offset] -= 1
         self._outstanding -= 1
         order, remaining = part.order, part.remaining

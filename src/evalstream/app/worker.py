@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry
 from evalstream import __version__
 from evalstream.app.health import HealthServer
 from evalstream.app.observers import ResultObserver
-from evalstream.app.offsets import TP, OffsetTracker
+from evalstream.app.offsets import TP, OffsetTracker, PartitionState
 from evalstream.app.pipeline import Pipeline, Planned
 from evalstream.config import Settings
 from evalstream.errors import DecodeError, SinkError, SourceError
@@ -336,10 +336,19 @@ class Worker:
             work = [(event, p) for p in plan(event, record.topic)]
         else:
             work = [(e, p) for e in events for p in plan(e, record.topic)]
-        self.tracker.track(tp, record.offset, len(work))
+        state = self.tracker.track(tp, record.offset, len(work))
+        if state is None:
+            return
+        generation = self._generation
         for event, planned in work:
             await self._acquire()
-            task = asyncio.create_task(self._evaluate(tp, record.offset, event, planned))
+            if generation != self._generation:
+                # Rebalanced while waiting for a slot: the partition's new owner (maybe us,
+                # with fresh state) redoes this message; its remaining work is abandoned.
+                self._release()
+                return
+            task = asyncio.create_task(
+                self._evaluate(state, record.offset, event, planned))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -358,11 +367,12 @@ class Worker:
 
     # --- work ---------------------------------------------------------------------------
 
-    async def _evaluate(self, tp: TP, offset: int, event: TraceEvent, planned: Planned) -> None:
+    async def _evaluate(self, state: PartitionState, offset: int, event: TraceEvent,
+                        planned: Planned) -> None:
         # Each task runs in its own copy of the context, so what is bound here is seen by
         # every log line of this evaluation and needs no unbinding.
         structlog.contextvars.bind_contextvars(
-            topic=tp[0], partition=tp[1], offset=offset, event_id=event.event_id)
+            topic=state.tp[0], partition=state.tp[1], offset=offset, event_id=event.event_id)
         try:
             result = await self.pipeline.run(event, planned)
             if result is not None:
@@ -372,7 +382,7 @@ class Worker:
             return
         finally:
             self._release()
-        self.tracker.done(tp, offset)
+        self.tracker.done(state, offset)
         self._progress.set()
 
     async def _publish(self, result: EvalResult) -> None:
@@ -389,14 +399,16 @@ class Worker:
                 topic=record.topic, partition=record.partition, offset=record.offset):
             log.warning("dead_letter", reason=reason, error=error,
                         size=len(record.value) if record.value is not None else None)
-        self.tracker.track(tp, record.offset, 1)
+        state = self.tracker.track(tp, record.offset, 1)
+        if state is None:
+            return
         await self._dl_slots.acquire()
-        task = asyncio.create_task(self._publish_dead_letter(record, tp, reason, error))
+        task = asyncio.create_task(self._publish_dead_letter(record, state, reason, error))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _publish_dead_letter(self, record: RawRecord, tp: TP, reason: str,
-                                   error: str) -> None:
+    async def _publish_dead_letter(self, record: RawRecord, state: PartitionState,
+                                   reason: str, error: str) -> None:
         try:
             await self.sink.publish_dead_letter(record, reason, error)
         except SinkError as exc:
@@ -405,7 +417,7 @@ class Worker:
         finally:
             self._dl_slots.release()
         self.metrics.dead_letters.labels(reason).inc()
-        self.tracker.done(tp, record.offset)
+        self.tracker.done(state, record.offset)
         self._progress.set()
 
     async def _publish_alert(self, alert: Alert) -> None:
