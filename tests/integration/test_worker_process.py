@@ -168,3 +168,32 @@ async def test_sigterm_drains_in_flight_work_and_exits_zero(broker: Broker,
              if r.offset < positions[r.partition]]  # type: ignore[attr-defined]
     assert len(below) == sum(positions.values())
     assert all(done[e] == {"refusal", "test_slow"} for e in below)
+
+
+async def test_second_sigint_exits_at_once(broker: Broker, tmp_path: Path) -> None:
+    topics = Topics.fresh("sigint")
+    await topics.create(broker.bootstrap, partitions=1)
+    port = free_port()
+    data = config_dict(
+        broker.bootstrap, topics, plugins=[SLOW],
+        worker={"shutdown_timeout_s": 30},
+        server={"host": "127.0.0.1", "port": port},
+        routes=[{"name": "main", "evaluators": [
+            {"evaluator": "test_slow", "params": {"delay_s": 60}}]}])
+    config = write_config(tmp_path / "worker.yaml", data)
+    await produce(broker.bootstrap, topics.inputs, [event_json(i) for i in range(3)])
+    proc = spawn_worker(config, log=tmp_path / "worker.log")
+    try:
+        async def busy() -> bool:
+            value = await asyncio.to_thread(scrape, port, "evalstream_in_flight_evaluations")
+            return value is not None and value >= 1
+        await wait_for(busy, timeout=30, what="an evaluation in flight")
+        proc.send_signal(signal.SIGINT)  # starts a drain that would take a minute...
+        await asyncio.sleep(0.3)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGINT)  # ...the second one means "now"
+        assert await _exit_code(proc, 5) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert sum((await committed(broker.bootstrap, topics.group, topics.inputs, 1)).values()) == 0

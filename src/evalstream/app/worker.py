@@ -52,6 +52,7 @@ log = get_logger(__name__)
 
 _POLL_TIMEOUT_S = 0.5
 _LAG_INTERVAL_S = 1.0
+_UNASSIGNED_WARNING_S = 60.0
 _DEAD_LETTER_CONCURRENCY = 64
 _EXIT_FORCED = 130
 
@@ -482,11 +483,22 @@ class Worker:
             await asyncio.sleep(_LAG_INTERVAL_S)
 
     async def _ready_loop(self, ready_event: asyncio.Event | None) -> None:
+        loop = asyncio.get_running_loop()
+        unready_since = loop.time()
+        warned = False
         while True:
             ready = self.is_ready()
             self.metrics.ready.set(1 if ready else 0)
-            if ready and ready_event is not None:
-                ready_event.set()
+            if ready:
+                unready_since = loop.time()
+                warned = False
+                if ready_event is not None:
+                    ready_event.set()
+            elif not warned and loop.time() - unready_since > _UNASSIGNED_WARNING_S:
+                # Usually a misspelt or missing input topic, or more replicas than partitions.
+                log.warning("no_partitions_assigned", waited_s=_UNASSIGNED_WARNING_S,
+                            inputs=[t.topic for t in self.settings.inputs])
+                warned = True
             await asyncio.sleep(0.05 if ready_event is not None and not ready else 1.0)
 
     # --- shutdown -----------------------------------------------------------------------
