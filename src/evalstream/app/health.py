@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from evalstream.logging import get_logger
+from evalstream.metrics import Metrics
+from evalstream.sources.base import Source
 
-__all__ = ["HealthServer"]
+__all__ = ["HealthServer", "watch_lag", "watch_readiness"]
 
 log = get_logger(__name__)
 
@@ -100,3 +102,36 @@ class HealthServer:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+
+async def watch_lag(source: Source, metrics: Metrics, interval_s: float = 1.0) -> None:
+    """Refresh the consumer-lag gauges every ``interval_s`` until cancelled."""
+    while True:
+        try:
+            for (topic, partition), lag in (await source.lag()).items():
+                metrics.consumer_lag.labels(topic, str(partition)).set(lag)
+        except Exception as exc:  # lag is informational; never stop for it
+            log.debug("lag_failed", error=str(exc))
+        await asyncio.sleep(interval_s)
+
+
+async def watch_readiness(is_ready: Callable[[], bool], metrics: Metrics,
+                          ready_event: asyncio.Event | None, inputs: Sequence[str],
+                          warn_after_s: float = 60.0) -> None:
+    """Mirror readiness into ``evalstream_ready``, set ``ready_event``, warn when stuck."""
+    loop = asyncio.get_running_loop()
+    unready_since = loop.time()
+    warned = False
+    while True:
+        ready = is_ready()
+        metrics.ready.set(1 if ready else 0)
+        if ready:
+            unready_since = loop.time()
+            warned = False
+            if ready_event is not None:
+                ready_event.set()
+        elif not warned and loop.time() - unready_since > warn_after_s:
+            # Usually a misspelt or missing input topic, or more replicas than partitions.
+            log.warning("no_partitions_assigned", waited_s=warn_after_s, inputs=list(inputs))
+            warned = True
+        await asyncio.sleep(0.05 if ready_event is not None and not ready else 1.0)

@@ -9,12 +9,15 @@ publishes alerts through the callback it is given.
 from __future__ import annotations
 
 import asyncio
+import importlib
 from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
+from evalstream.config import Settings
 from evalstream.events import Alert, EvalResult
+from evalstream.metrics import Metrics
 
-__all__ = ["PublishAlert", "RecordingObserver", "ResultObserver"]
+__all__ = ["PublishAlert", "RecordingObserver", "ResultObserver", "drift_observer"]
 
 #: Publishes one alert and returns once the broker has acknowledged it.
 PublishAlert = Callable[[Alert], Awaitable[None]]
@@ -46,3 +49,20 @@ class RecordingObserver:
     async def run(self, publish_alert: PublishAlert, stop: asyncio.Event) -> None:
         """Nothing to do in the background; returns when ``stop`` is set."""
         await stop.wait()
+
+
+def drift_observer(settings: Settings, metrics: Metrics) -> ResultObserver | None:
+    """The drift monitor (``evalstream.app.monitor``) when ``drift.enabled``.
+
+    Imported by name so the worker runs (without drift alerts) in a build without it.
+    """
+    if not settings.drift.enabled:
+        return None
+    try:
+        module = importlib.import_module("evalstream.app.monitor")
+    except ModuleNotFoundError as exc:
+        if exc.name != "evalstream.app.monitor":
+            raise
+        return None
+    observer: ResultObserver | None = module.build_monitor(settings, metrics)
+    return observer

@@ -17,10 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import importlib
 import os
 import signal
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,15 +26,16 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from evalstream import __version__
-from evalstream.app.health import HealthServer
-from evalstream.app.observers import ResultObserver
+from evalstream.app.commits import Committer
+from evalstream.app.health import HealthServer, watch_lag, watch_readiness
+from evalstream.app.intake import SAMPLED_OUT, BatchCounts, Intake
+from evalstream.app.observers import ResultObserver, drift_observer
 from evalstream.app.offsets import TP, OffsetTracker, PartitionState
+from evalstream.app.outputs import Outputs
 from evalstream.app.pipeline import Pipeline, Planned
 from evalstream.config import Settings
 from evalstream.errors import DecodeError, SinkError, SourceError
-from evalstream.events import Alert, EvalResult, RawRecord, TraceEvent
-from evalstream.formats import Decoded, Decoder, decoder_for
-from evalstream.formats.flat_json import SAMPLED_OUT, FlatJsonDecoder
+from evalstream.events import RawRecord, TraceEvent
 from evalstream.judges.base import Judge
 from evalstream.judges.registry import build_judges, close_judges
 from evalstream.logging import get_logger
@@ -55,20 +54,6 @@ _LAG_INTERVAL_S = 1.0
 _UNASSIGNED_WARNING_S = 60.0
 _DEAD_LETTER_CONCURRENCY = 64
 _EXIT_FORCED = 130
-
-
-def _drift_observer(settings: Settings, metrics: Metrics) -> ResultObserver | None:
-    """The drift monitor (``app.monitor``), when enabled and installed."""
-    if not settings.drift.enabled:
-        return None
-    try:
-        module = importlib.import_module("evalstream.app.monitor")
-    except ModuleNotFoundError as exc:
-        if exc.name != "evalstream.app.monitor":
-            raise
-        return None
-    observer: ResultObserver | None = module.build_monitor(settings, metrics)
-    return observer
 
 
 class Worker:
@@ -106,47 +91,37 @@ class Worker:
         self.judges: dict[str, Judge] = (
             dict(judges) if judges is not None else build_judges(settings.judges, self.metrics))
         self.pipeline = Pipeline(settings, self.judges, self.metrics)
-        self._decoders: dict[str, Decoder] = {t.topic: decoder_for(t) for t in settings.inputs}
-        self._decoded = {t.topic: self.metrics.events_decoded.labels(t.format)
-                         for t in settings.inputs}
-        self._consumed = {t.topic: self.metrics.messages_consumed.labels(t.topic)
-                          for t in settings.inputs}
+        self.intake = Intake(settings, self.pipeline, self.metrics)
         self.source: Source = source if source is not None else KafkaSource(
             settings.kafka, [t.topic for t in settings.inputs])
         self.sink: Sink = sink if sink is not None else KafkaSink(settings.kafka, settings.topics)
         self.observers: list[ResultObserver] = list(observers)
-        monitor = _drift_observer(settings, self.metrics)
+        monitor = drift_observer(settings, self.metrics)
         if monitor is not None:
             self.observers.append(monitor)
+        self.outputs = Outputs(self.sink, self.metrics, self.observers)
         self.health = HealthServer(settings.server.host, settings.server.port,
                                    self.metrics.registry, self.is_ready)
         self.tracker = OffsetTracker()
+        self.committer = Committer(self.tracker, self.source, self.metrics)
 
         self._max_in_flight = settings.worker.max_in_flight
         self._slots = asyncio.Semaphore(self._max_in_flight)
         self._freed = asyncio.Event()
-        #: Set whenever a piece of work completes (revocation waits on it).
-        self._progress = asyncio.Event()
         self._dl_slots = asyncio.Semaphore(_DEAD_LETTER_CONCURRENCY)
         self._in_flight = 0
         self._peak = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
         self._observers_stop = asyncio.Event()
-        self._commit_lock = asyncio.Lock()
         self._generation = 0
         self._paused = False
         self._closing = False
         self._started = False
         self._fatal: BaseException | None = None
-        self._max_bytes = settings.worker.max_message_bytes
-        self._sampling_key = self.pipeline.sampling_key
-        self._skip_sampling = self.metrics.events_skipped.labels("sampling")
         # Read at scrape time: exact, and free on the hot path.
         self.metrics.in_flight.set_function(lambda: self._in_flight)
         self.metrics.in_flight_peak.set_function(lambda: self._peak)
-        self._ok_published = self.metrics.results_published.labels("ok")
-        self._error_published = self.metrics.results_published.labels("error")
 
     # --- public -----------------------------------------------------------------------
 
@@ -185,9 +160,13 @@ class Worker:
             return 1
         self._started = True
         background = [
-            asyncio.create_task(self._commit_loop(), name="commit"),
-            asyncio.create_task(self._lag_loop(), name="lag"),
-            asyncio.create_task(self._ready_loop(ready_event), name="ready"),
+            asyncio.create_task(self.committer.run(self.settings.worker.commit_interval_s),
+                                name="commit"),
+            asyncio.create_task(watch_lag(self.source, self.metrics, _LAG_INTERVAL_S),
+                                name="lag"),
+            asyncio.create_task(watch_readiness(
+                self.is_ready, self.metrics, ready_event,
+                [t.topic for t in self.settings.inputs], _UNASSIGNED_WARNING_S), name="ready"),
         ]
         observer_tasks = [
             asyncio.create_task(self._run_observer(obs), name=f"observer-{i}")
@@ -218,9 +197,9 @@ class Worker:
             deadline = min(self.settings.worker.shutdown_timeout_s,
                            self.settings.kafka.session_timeout_ms / 2000)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._until_idle(tps), deadline)
+                await asyncio.wait_for(self.committer.until_idle(tps), deadline)
         abandoned = self.tracker.pending(tps)
-        await self._commit(tps)
+        await self.committer.commit(tps)
         self.tracker.revoke(tps)
         log.info("partitions_revoked", partitions=[f"{t}:{p}" for t, p in sorted(tps)],
                  abandoned=abandoned)
@@ -265,16 +244,9 @@ class Worker:
 
     async def _handle_batch(self, records: list[RawRecord]) -> None:
         generation = self._generation
-        single_topic = len(self._consumed) == 1
-        if single_topic:
-            self._consumed[records[0].topic].inc(len(records))
-        else:
-            for topic, n in Counter(r.topic for r in records).items():
-                self._consumed[topic].inc(n)
-        tracker = self.tracker
-        skipped: Counter[str] = Counter()
-        sampled_out = 0
-        decoded_events = 0
+        intake, tracker = self.intake, self.tracker
+        intake.consumed(records)
+        counts = BatchCounts()
         # The common case (an event sampling leaves out) is handled inline without awaiting,
         # so the per-message cost stays close to the bare consumer's.
         for record in records:
@@ -284,50 +256,24 @@ class Worker:
             if not tracker.is_assigned(tp):
                 continue
             try:
-                decoded = self._decode(record)
+                decoded = intake.decode(record)
             except DecodeError as exc:
                 await self._dead_letter(record, tp, exc.reason, str(exc))
                 continue
             if decoded is SAMPLED_OUT:
-                sampled_out += 1
-                if not single_topic:
-                    self._decoded[record.topic].inc()
+                counts.sampled_out += 1
+                counts.decoded[record.topic] += 1
                 tracker.track(tp, record.offset, 0)
                 continue
             if decoded.skipped:
-                skipped.update(decoded.skipped)
+                counts.skipped.update(decoded.skipped)
             events = decoded.events
             if not events:
                 tracker.track(tp, record.offset, 0)
                 continue
-            if single_topic:
-                decoded_events += len(events)
-            else:
-                self._decoded[record.topic].inc(len(events))
+            counts.decoded[record.topic] += len(events)
             await self._dispatch(record, tp, events)
-        if single_topic and decoded_events + sampled_out:
-            self._decoded[records[0].topic].inc(decoded_events + sampled_out)
-        if sampled_out:
-            self._skip_sampling.inc(sampled_out)
-        for reason, n in skipped.items():
-            self.metrics.events_skipped.labels(reason).inc(n)
-
-    def _decode(self, record: RawRecord) -> Decoded:
-        """Decode one record; every failure is a ``DecodeError`` (a dead letter)."""
-        value = record.value
-        if value is not None and len(value) > self._max_bytes:
-            raise DecodeError("too_large", f"value of {len(value)} bytes exceeds "
-                                           f"worker.max_message_bytes={self._max_bytes}")
-        decoder = self._decoders[record.topic]
-        try:
-            if type(decoder) is FlatJsonDecoder:
-                return decoder.decode(record, key=self._sampling_key,
-                                      keep=self.pipeline.may_sample)
-            return decoder(record)
-        except DecodeError:
-            raise
-        except Exception as exc:  # a decoder bug must not stop the worker
-            raise DecodeError("decoder_error", type(exc).__name__) from exc
+        intake.flush(counts)
 
     async def _dispatch(self, record: RawRecord, tp: TP, events: list[TraceEvent]) -> None:
         """Plan the events' evaluations, track the offset, start them within the bound."""
@@ -377,23 +323,14 @@ class Worker:
         try:
             result = await self.pipeline.run(event, planned)
             if result is not None:
-                await self._publish(result)
+                await self.outputs.result(result)
         except SinkError as exc:
             self._fail(exc)
             return
         finally:
             self._release()
         self.tracker.done(state, offset)
-        self._progress.set()
-
-    async def _publish(self, result: EvalResult) -> None:
-        await self.sink.publish_result(result)
-        (self._ok_published if result.status == "ok" else self._error_published).inc()
-        for observer in self.observers:
-            try:
-                observer.observe(result)
-            except Exception:  # an observer bug must not lose the result's commit
-                log.exception("observer_failed", observer=type(observer).__name__)
+        self.committer.progressed()
 
     async def _dead_letter(self, record: RawRecord, tp: TP, reason: str, error: str) -> None:
         with structlog.contextvars.bound_contextvars(
@@ -411,23 +348,18 @@ class Worker:
     async def _publish_dead_letter(self, record: RawRecord, state: PartitionState,
                                    reason: str, error: str) -> None:
         try:
-            await self.sink.publish_dead_letter(record, reason, error)
+            await self.outputs.dead_letter(record, reason, error)
         except SinkError as exc:
             self._fail(exc)
             return
         finally:
             self._dl_slots.release()
-        self.metrics.dead_letters.labels(reason).inc()
         self.tracker.done(state, record.offset)
-        self._progress.set()
-
-    async def _publish_alert(self, alert: Alert) -> None:
-        await self.sink.publish_alert(alert, f"{alert.route}/{alert.evaluator}")
-        self.metrics.alerts.labels(alert.route, alert.evaluator, alert.kind, alert.state).inc()
+        self.committer.progressed()
 
     async def _run_observer(self, observer: ResultObserver) -> None:
         try:
-            await observer.run(self._publish_alert, self._observers_stop)
+            await observer.run(self.outputs.alert, self._observers_stop)
         except asyncio.CancelledError:
             raise
         except SinkError as exc:
@@ -445,61 +377,6 @@ class Worker:
     def _consume_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
             self._fail(task.exception())  # type: ignore[arg-type]
-
-    # --- commits, lag, readiness ----------------------------------------------------------
-
-    async def _until_idle(self, tps: Sequence[TP] | None = None) -> None:
-        while self.tracker.pending(tps) > 0:
-            self._progress.clear()
-            await self._progress.wait()
-
-    async def _commit(self, tps: Sequence[TP] | None = None) -> None:
-        async with self._commit_lock:
-            offsets = self.tracker.committable(tps)
-            if not offsets:
-                return
-            try:
-                await self.source.commit(offsets)
-            except SourceError as exc:
-                self.metrics.commits.labels("error").inc()
-                log.warning("commit_failed", error=str(exc))
-                return
-            self.tracker.committed(offsets)
-            self.metrics.commits.labels("ok").inc()
-
-    async def _commit_loop(self) -> None:
-        interval = self.settings.worker.commit_interval_s
-        while True:
-            await asyncio.sleep(interval)
-            await self._commit()
-
-    async def _lag_loop(self) -> None:
-        while True:
-            try:
-                for (topic, partition), lag in (await self.source.lag()).items():
-                    self.metrics.consumer_lag.labels(topic, str(partition)).set(lag)
-            except Exception as exc:  # lag is informational; never stop for it
-                log.debug("lag_failed", error=str(exc))
-            await asyncio.sleep(_LAG_INTERVAL_S)
-
-    async def _ready_loop(self, ready_event: asyncio.Event | None) -> None:
-        loop = asyncio.get_running_loop()
-        unready_since = loop.time()
-        warned = False
-        while True:
-            ready = self.is_ready()
-            self.metrics.ready.set(1 if ready else 0)
-            if ready:
-                unready_since = loop.time()
-                warned = False
-                if ready_event is not None:
-                    ready_event.set()
-            elif not warned and loop.time() - unready_since > _UNASSIGNED_WARNING_S:
-                # Usually a misspelt or missing input topic, or more replicas than partitions.
-                log.warning("no_partitions_assigned", waited_s=_UNASSIGNED_WARNING_S,
-                            inputs=[t.topic for t in self.settings.inputs])
-                warned = True
-            await asyncio.sleep(0.05 if ready_event is not None and not ready else 1.0)
 
     # --- shutdown -----------------------------------------------------------------------
 
@@ -534,7 +411,7 @@ class Worker:
                 await self.sink.flush()
             except Exception as exc:
                 self._fail(exc)
-        await self._commit()
+        await self.committer.commit()
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
