@@ -36,6 +36,7 @@ JUDGES: dict[str, Judge] = {"builtin": NullJudge()}
 @register
 class Scripted(Evaluator[EvaluatorParams]):
     name = "unit_scripted"
+    summary = "test only: behaviour scripted by the event's output"
 
     async def evaluate(self, event: TraceEvent) -> Score:
         output = event.output or ""
@@ -58,6 +59,7 @@ class Scripted(Evaluator[EvaluatorParams]):
 @register
 class Labels(Evaluator[EvaluatorParams]):
     name = "unit_labels"
+    summary = "test only: a label evaluator with a closed label set"
     is_label_evaluator = True
 
     def labels(self) -> tuple[str, ...]:
