@@ -114,3 +114,22 @@ def test_list_evaluators_includes_refusal(capsys: pytest.CaptureFixture[str]) ->
     assert main(["list-evaluators"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("refusal ") for line in lines)
+
+
+@pytest.mark.parametrize(("command", "option"), [("eval", "--input"), ("demo", "--duration")])
+def test_eval_and_demo_delegate_with_their_own_options(
+        command: str, option: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: evalstream {command}")
+    assert option in out
+
+
+def test_module_import_stays_lazy() -> None:
+    code = ("import sys, evalstream.cli; "
+            "print(any(m.startswith(('evalstream.app', 'aiokafka')) for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert out.strip() == "False"
