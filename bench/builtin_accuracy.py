@@ -149,6 +149,15 @@ def main() -> None:
     short = JudgeRequest("refusal", "", "", data=(("output", "I'm sorry, but I can't."),))
     print(f"\nrefusal cost per call: {_timed(lambda: judge.judge_sync(req), 5000):.1f} us "
           f"(1.3 kB answer), {_timed(lambda: judge.judge_sync(short), 5000):.1f} us (short)")
+    tweet = ("@user Wow, first Hugo Chavez and now Fidel Castro. Danny Glover, Michael Moore "
+             "and Sean Penn are running out of heroes. #sad")
+    sent = JudgeRequest("sentiment", "", "", options=("negative", "neutral", "positive"),
+                        data=(("text", tweet),))
+    judge.judge_sync(sent)  # loads the sentiment model once, outside the timing
+    vader = SentimentIntensityAnalyzer()
+    print(f"sentiment cost per call: {_timed(lambda: judge.judge_sync(sent), 3000):.1f} us "
+          f"(124-char tweet); VADER alone {_timed(lambda: vader.polarity_scores(tweet), 3000):.1f}"
+          " us")
 
 
 if __name__ == "__main__":
