@@ -4,30 +4,44 @@ Each event gets a fixed fraction in [0, 1) from a hash of its sampling key (``tr
 default, so every span of a trace is sampled together) and an optional salt. An event is
 sampled at rate ``r`` when its fraction is below ``r``; rates therefore nest: an event
 sampled at 1% is also sampled at 10%, and a route's rate multiplies with the global rate.
+
+The hash is CRC-32 of the key's UTF-8 bytes (salt first, then a NUL): it runs on every
+consumed message, where it costs about a quarter of an 8-byte BLAKE2b, and its spread over
+real ids (hex trace ids, UUIDs, sequential ``evt-000123`` ids) is as even as sampling needs.
+It is not a defence against crafted keys; no sampling hash here is.
+
+With ``key: message_key`` the fraction is taken from the Kafka message key's bytes before
+the message is decoded (see ``fraction_of_bytes``); for a key that is the UTF-8 trace id it
+equals the fraction of the event's ``trace_id``, so both modes make the same decisions.
+Events of keyless messages are sampled on their ``trace_id``.
 """
 
 from __future__ import annotations
 
-import hashlib
+import zlib
 
 from evalstream.config import SamplingSettings
 from evalstream.events import TraceEvent
 
-__all__ = ["Sampler"]
+__all__ = ["SCALE", "Sampler"]
 
-_SCALE = float(1 << 64)
+#: Fractions are ``crc32 / SCALE``; compare a raw CRC with ``rate * SCALE`` (both exact).
+SCALE = float(1 << 32)
 
 
 class Sampler:
     """Decides which events are evaluated, reproducibly across workers and restarts."""
 
-    __slots__ = ("_key", "_rate", "_salt")
+    __slots__ = ("_by_message_key", "_field", "_rate", "_seed")
 
     def __init__(self, settings: SamplingSettings) -> None:
-        self._key = settings.key
+        self._by_message_key = settings.key == "message_key"
+        # message_key falls back to the event's trace_id (the key it is meant to carry).
+        self._field = "trace_id" if self._by_message_key else settings.key
         self._rate = settings.rate
-        # A NUL separates salt and key so ("a", "bc") and ("ab", "c") never collide.
-        self._salt = settings.salt.encode("utf-8") + b"\x00" if settings.salt else b""
+        # A NUL separates salt and key so ("a", "bc") and ("ab", "c") never collide; the
+        # CRC of the salt is the starting value, so hashing a key is one call.
+        self._seed = zlib.crc32(settings.salt.encode("utf-8") + b"\x00") if settings.salt else 0
 
     @property
     def global_rate(self) -> float:
@@ -40,8 +54,18 @@ class Sampler:
 
     @property
     def key(self) -> str:
-        """The TraceEvent field sampling hashes."""
-        return self._key
+        """The TraceEvent field sampling hashes (``trace_id`` for ``message_key``)."""
+        return self._field
+
+    @property
+    def by_message_key(self) -> bool:
+        """Whether keyed messages are sampled on their Kafka key, before decoding."""
+        return self._by_message_key
+
+    @property
+    def seed(self) -> int:
+        """Starting value of the CRC (from the salt): ``crc32(key, seed)`` is a key's hash."""
+        return self._seed
 
     def fraction(self, event: TraceEvent) -> float:
         """The event's position in [0, 1); the same key always gives the same fraction.
@@ -49,12 +73,16 @@ class Sampler:
         An empty key (e.g. no session id) falls back to ``event_id`` so such events still
         spread evenly instead of all landing on one side of every threshold.
         """
-        return self.fraction_of(getattr(event, self._key) or event.event_id)
+        return self.fraction_of(getattr(event, self._field) or event.event_id)
 
     def fraction_of(self, value: str) -> float:
         """The fraction of a raw key value (decoders use it before building an event)."""
-        digest = hashlib.blake2b(self._salt + value.encode("utf-8"), digest_size=8).digest()
-        return int.from_bytes(digest, "big") / _SCALE
+        return zlib.crc32(value.encode("utf-8"), self._seed) / SCALE
+
+    def fraction_of_bytes(self, value: bytes) -> float:
+        """The fraction of a Kafka message key: ``fraction_of(s) == fraction_of_bytes(s
+        encoded as UTF-8)``, so a message keyed by its trace id gets its event's fraction."""
+        return zlib.crc32(value, self._seed) / SCALE
 
     @staticmethod
     def sampled(fraction: float, rate: float) -> bool:

@@ -4,6 +4,14 @@
 For ``flat_json`` topics it passes the pipeline's sampling test to the decoder, so an event
 no route would sample is skipped before a model is built (the cheap path most messages
 take at low rates). Counts are gathered per batch and added to the metrics once.
+
+With ``sampling.key: message_key`` the worker decides before decoding, from the Kafka key
+(``key_limit`` / ``key_seed``): a message whose key hashes at or above the highest route
+rate is counted as a ``sampling`` skip and never decoded, so its content is never examined
+(a malformed one is a sampling skip, not a dead letter). A message below it is decoded with
+``decode(record, presampled=True)``: fully validated, without the decoder's own sampling
+shortcut, and its events are planned with the key's fraction. Keyless (or empty-keyed)
+messages take the ordinary path and are sampled on their events' ``trace_id``.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from evalstream.events import RawRecord
 from evalstream.formats import Decoded, Decoder, decoder_for
 from evalstream.formats.flat_json import SAMPLED_OUT, FlatJsonDecoder
 from evalstream.metrics import Metrics
+from evalstream.sampling import SCALE, Sampler
 
 __all__ = ["SAMPLED_OUT", "BatchCounts", "Intake"]
 
@@ -56,6 +65,13 @@ class Intake:
         self._decoded = {t.topic: metrics.events_decoded.labels(t.format)
                          for t in settings.inputs}
         self._skip_sampling = metrics.events_skipped.labels("sampling")
+        sampler = Sampler(settings.sampling)
+        max_rate = max(sampler.rate_for(r.sample_rate) for r in settings.routes)
+        #: With ``sampling.key: message_key``: a key is kept when ``crc32(key, key_seed) <
+        #: key_limit`` (the highest route rate on the CRC scale; exact, so it agrees with
+        #: ``Sampler.fraction_of_bytes(key) < rate``). None when sampling is on the event.
+        self.key_limit: float | None = max_rate * SCALE if sampler.by_message_key else None
+        self.key_seed = sampler.seed
 
     def consumed(self, records: Sequence[RawRecord]) -> None:
         """Count a fetched batch."""
@@ -65,8 +81,13 @@ class Intake:
         for topic, n in Counter(r.topic for r in records).items():
             self._consumed[topic].inc(n)
 
-    def decode(self, record: RawRecord) -> Decoded:
+    def decode(self, record: RawRecord, *, presampled: bool = False) -> Decoded:
         """Decode one record (``SAMPLED_OUT`` when sampling leaves its event out).
+
+        Args:
+            record: The message.
+            presampled: Sampling was already decided on the message key: decode fully,
+                with no sampling shortcut.
 
         Raises:
             DecodeError: the record must be dead-lettered (``too_large``, a decoder's own
@@ -78,7 +99,7 @@ class Intake:
                                            f"worker.max_message_bytes={self._max_bytes}")
         decoder = self._decoders[record.topic]
         try:
-            if type(decoder) is FlatJsonDecoder:
+            if type(decoder) is FlatJsonDecoder and not presampled:
                 return decoder.decode(record, key=self._key, keep=self._may_sample)
             return decoder(record)
         except DecodeError:

@@ -85,6 +85,17 @@ class OffsetTracker:
         self._outstanding += pending
         return part
 
+    def advance(self, tp: TP, end: int) -> None:
+        """Offsets of ``tp`` below ``end`` not tracked otherwise produced no work.
+
+        One step for a whole run of skipped messages (a fetched batch's last offset + 1):
+        they need no entry each, since the committable position is the lowest outstanding
+        offset, or ``end`` when nothing is outstanding.
+        """
+        part = self._parts.get(tp)
+        if part is not None and (part.end is None or end > part.end):
+            part.end = end
+
     def done(self, part: PartitionState, offset: int) -> None:
         """One piece of work of ``offset`` is complete (acknowledged)."""
         if self._parts.get(part.tp) is not part or offset not in part.remaining:

@@ -153,14 +153,17 @@ class Pipeline:
         """
         return self._sampler.fraction_of(key_value) < self._max_rate
 
-    def plan(self, event: TraceEvent, topic: str) -> list[Planned]:
+    def plan(self, event: TraceEvent, topic: str,
+             fraction: float | None = None) -> list[Planned]:
         """The evaluations ``event`` gets: sampled routes' evaluators. Counts skips.
 
         An event outside the highest configured rate, or whose every matching route left it
         out, is skipped as ``sampling``; one that could be sampled but matches no route is
-        skipped as ``no_route``.
+        skipped as ``no_route``. ``fraction``, when given, is the event's sampling position
+        already taken from its message key (``sampling.key: message_key``).
         """
-        fraction = self._sampler.fraction(event)
+        if fraction is None:
+            fraction = self._sampler.fraction(event)
         if fraction >= self._max_rate:
             self._skip_sampling.inc()
             return []

@@ -20,7 +20,10 @@ import gc
 import os
 import signal
 from collections.abc import Mapping, Sequence
+from itertools import groupby
+from operator import attrgetter
 from typing import Any
+from zlib import crc32
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -40,6 +43,7 @@ from evalstream.judges.base import Judge
 from evalstream.judges.registry import build_judges, close_judges
 from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
+from evalstream.sampling import SCALE
 from evalstream.sinks.base import Sink
 from evalstream.sinks.kafka import KafkaSink
 from evalstream.sources.base import Source
@@ -54,6 +58,8 @@ _LAG_INTERVAL_S = 1.0
 _UNASSIGNED_WARNING_S = 60.0
 _DEAD_LETTER_CONCURRENCY = 64
 _EXIT_FORCED = 130
+#: A record's (topic, partition), built in C (the batch loop groups by it).
+_tp: Any = attrgetter("topic", "partition")
 
 
 class Worker:
@@ -247,42 +253,71 @@ class Worker:
         intake, tracker = self.intake, self.tracker
         intake.consumed(records)
         counts = BatchCounts()
-        # The common case (an event sampling leaves out) is handled inline without awaiting,
-        # so the per-message cost stays close to the bare consumer's.
-        for record in records:
+        limit, seed = intake.key_limit, intake.key_seed
+        # Per partition (a source returns each partition's records together, in offset
+        # order): messages that produce no work are not tracked one by one; once the
+        # partition's records are handled, one ``advance`` covers them all.
+        for tp, group in groupby(records, _tp):
             if generation != self._generation:
                 break  # a rebalance happened: the rest of this batch may be stale
-            tp = (record.topic, record.partition)
             if not tracker.is_assigned(tp):
                 continue
-            try:
-                decoded = intake.decode(record)
-            except DecodeError as exc:
-                await self._dead_letter(record, tp, exc.reason, str(exc))
-                continue
-            if decoded is SAMPLED_OUT:
-                counts.sampled_out += 1
-                counts.decoded[record.topic] += 1
-                tracker.track(tp, record.offset, 0)
-                continue
-            if decoded.skipped:
-                counts.skipped.update(decoded.skipped)
-            events = decoded.events
-            if not events:
-                tracker.track(tp, record.offset, 0)
-                continue
-            counts.decoded[record.topic] += len(events)
-            await self._dispatch(record, tp, events)
+            skipped = 0
+            complete = True
+            record: RawRecord | None = None
+            for record in group:
+                fraction = None
+                if limit is not None:
+                    key = record.key
+                    if key:
+                        # The cheap path most messages take at low rates with
+                        # ``sampling.key: message_key``: a CRC of the key, nothing decoded.
+                        crc = crc32(key, seed)
+                        if crc >= limit:
+                            skipped += 1
+                            continue
+                        fraction = crc / SCALE
+                try:
+                    decoded = intake.decode(record, presampled=fraction is not None)
+                except DecodeError as exc:
+                    await self._dead_letter(record, tp, exc.reason, str(exc))
+                    if generation != self._generation:
+                        complete = False
+                        break
+                    continue
+                if decoded is SAMPLED_OUT:
+                    counts.sampled_out += 1
+                    counts.decoded[record.topic] += 1
+                    continue
+                if decoded.skipped:
+                    counts.skipped.update(decoded.skipped)
+                events = decoded.events
+                if not events:
+                    continue
+                counts.decoded[record.topic] += len(events)
+                await self._dispatch(record, tp, events, fraction)
+                if generation != self._generation:
+                    complete = False
+                    break
+            counts.sampled_out += skipped
+            if not complete:
+                break
+            if record is not None:
+                tracker.advance(tp, record.offset + 1)
         intake.flush(counts)
 
-    async def _dispatch(self, record: RawRecord, tp: TP, events: list[TraceEvent]) -> None:
-        """Plan the events' evaluations, track the offset, start them within the bound."""
+    async def _dispatch(self, record: RawRecord, tp: TP, events: list[TraceEvent],
+                        fraction: float | None = None) -> None:
+        """Plan the events' evaluations, track the offset, start them within the bound.
+
+        ``fraction`` is the sampling position taken from the message key, if any.
+        """
         plan = self.pipeline.plan
         if len(events) == 1:
             event = events[0]
-            work = [(event, p) for p in plan(event, record.topic)]
+            work = [(event, p) for p in plan(event, record.topic, fraction)]
         else:
-            work = [(e, p) for e in events for p in plan(e, record.topic)]
+            work = [(e, p) for e in events for p in plan(e, record.topic, fraction)]
         state = self.tracker.track(tp, record.offset, len(work))
         if state is None:
             return

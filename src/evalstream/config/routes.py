@@ -16,8 +16,10 @@ class _Section(BaseModel):
 class SamplingSettings(_Section):
     """Deterministic hash sampling. Rates nest: an event sampled at 1% is also sampled at 10%."""
 
-    #: TraceEvent field whose hash decides (trace_id keeps a trace's spans together).
-    key: Literal["trace_id", "event_id", "session_id", "span_id"] = "trace_id"
+    #: TraceEvent field whose hash decides (trace_id keeps a trace's spans together), or
+    #: ``message_key``: the Kafka message key's bytes, decided before decoding (a skipped
+    #: message is never parsed); keyless messages fall back to their events' trace_id.
+    key: Literal["trace_id", "event_id", "session_id", "span_id", "message_key"] = "trace_id"
     #: Applies to every route; a route's own ``sample_rate`` multiplies with it.
     rate: float = Field(default=1.0, ge=0.0, le=1.0)
     salt: str = ""

@@ -106,13 +106,10 @@ class KafkaSource:
             log.warning("fetch_failed", error=str(exc))
             await asyncio.sleep(_BACKOFF_S)
             return []
-        out: list[RawRecord] = []
-        append = out.append
-        for records in batch.values():
-            for r in records:
-                append(RawRecord(r.topic, r.partition, r.offset, r.value, r.key,
-                                 tuple(r.headers) if r.headers else (), r.timestamp))
-        return out
+        # Grouped by partition, in offset order: the worker handles a partition run at once.
+        return [RawRecord(r.topic, r.partition, r.offset, r.value, r.key,
+                          tuple(r.headers) if r.headers else (), r.timestamp)
+                for records in batch.values() for r in records]
 
     def assignment(self) -> set[TP]:
         """The partitions currently assigned to this member."""
