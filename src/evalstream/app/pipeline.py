@@ -241,17 +241,26 @@ class Pipeline:
             counter = self._skip_counters[reason] = self.metrics.events_skipped.labels(reason)
         counter.inc()
 
-    def _result(self, event: TraceEvent, planned: Planned, score: Score) -> EvalResult:
+    @staticmethod
+    def _envelope(event: TraceEvent, planned: Planned) -> dict[str, Any]:
+        """The fields every result of ``planned`` on ``event`` carries, ok or error."""
         bound = planned.bound
+        return {
+            "result_id": result_id(event.event_id, bound.label, bound.config),
+            "event_id": event.event_id,
+            "trace_id": event.trace_id,
+            "span_id": event.span_id,
+            "session_id": event.session_id,
+            "app": event.app,
+            "route": bound.route,
+            "evaluator": bound.label,
+            "sample_rate": planned.sample_rate,
+            "event_time": event.timestamp,
+        }
+
+    def _result(self, event: TraceEvent, planned: Planned, score: Score) -> EvalResult:
         return EvalResult(
-            result_id=result_id(event.event_id, bound.label, bound.config),
-            event_id=event.event_id,
-            trace_id=event.trace_id,
-            span_id=event.span_id,
-            session_id=event.session_id,
-            app=event.app,
-            route=bound.route,
-            evaluator=bound.label,
+            **self._envelope(event, planned),
             score=score.score,
             label=score.label,
             passed=score.passed,
@@ -262,8 +271,6 @@ class Pipeline:
             details=score.details,
             reason=score.reason,
             judge=score.judge,
-            sample_rate=planned.sample_rate,
-            event_time=event.timestamp,
         )
 
     def _error(self, event: TraceEvent, planned: Planned, error: str) -> EvalResult:
@@ -271,18 +278,9 @@ class Pipeline:
         bound.outcomes["error"].inc()
         bound.weighted["error"].inc(1.0 / planned.sample_rate)
         return EvalResult(
-            result_id=result_id(event.event_id, bound.label, bound.config),
-            event_id=event.event_id,
-            trace_id=event.trace_id,
-            span_id=event.span_id,
-            session_id=event.session_id,
-            app=event.app,
-            route=bound.route,
-            evaluator=bound.label,
+            **self._envelope(event, planned),
             status="error",
             error=error[:_MAX_ERROR_CHARS],
-            sample_rate=planned.sample_rate,
-            event_time=event.timestamp,
         )
 
     def _record(self, planned: Planned, result: EvalResult) -> None:
