@@ -189,3 +189,41 @@ async def test_route_rates_nest_under_key_sampling() -> None:
     alls = {r for r in results["message_key"] if r.startswith("all:")}
     assert halves
     assert len(halves) < len(alls)
+
+
+class InterleavingSource(MemorySource):
+    """Hands out partitions' records interleaved (still in offset order per partition)."""
+
+    async def poll(self, timeout_s: float, max_records: int) -> list[RawRecord]:
+        batch = await super().poll(timeout_s, max_records)
+        by_tp: dict[tuple[str, int], list[RawRecord]] = {}
+        for r in batch:
+            by_tp.setdefault((r.topic, r.partition), []).append(r)
+        out: list[RawRecord] = []
+        while any(by_tp.values()):
+            for queue in by_tp.values():
+                if queue:
+                    out.append(queue.pop(0))
+        return out
+
+
+async def test_interleaved_partitions_still_commit_to_the_end() -> None:
+    records = [RawRecord("traces", i % 3, i // 3, body(i, t), t.encode())
+               for i, t in enumerate(TRACE_IDS[:300])]
+    for key in ("trace_id", "message_key"):
+        source, sink = InterleavingSource(records), MemorySink()
+        worker = Worker(settings(sampling={"key": key, "rate": 0.1}),
+                        registry=CollectorRegistry(), judges=JUDGES, source=source, sink=sink)
+        ready = asyncio.Event()
+        task = asyncio.create_task(worker.run(ready))
+        await asyncio.wait_for(ready.wait(), 5)
+        try:
+            async with asyncio.timeout(10):
+                while source.committed != {("traces", p): 100 for p in range(3)}:
+                    await asyncio.sleep(0.005)
+        finally:
+            worker.request_stop()
+            await asyncio.wait_for(asyncio.shield(task), 15)
+        skipped = metric(worker, "evalstream_events_skipped_total", reason="sampling")
+        assert 0 < len(sink.results) < 80
+        assert len(sink.results) + skipped == 300
