@@ -259,19 +259,20 @@ class Pipeline:
         }
 
     def _result(self, event: TraceEvent, planned: Planned, score: Score) -> EvalResult:
-        return EvalResult(
-            **self._envelope(event, planned),
-            score=score.score,
-            label=score.label,
-            passed=score.passed,
-            threshold=score.threshold,
-            confidence=score.confidence,
-            probabilities=score.probabilities,
-            raw_score=score.raw_score,
-            details=score.details,
-            reason=score.reason,
-            judge=score.judge,
-        )
+        # One dict validated once (``model_validate``, not ``EvalResult(**fields)``): the
+        # same checks, without re-packing the fields as keyword arguments on the hot path.
+        fields = self._envelope(event, planned)
+        fields["score"] = score.score
+        fields["label"] = score.label
+        fields["passed"] = score.passed
+        fields["threshold"] = score.threshold
+        fields["confidence"] = score.confidence
+        fields["probabilities"] = score.probabilities
+        fields["raw_score"] = score.raw_score
+        fields["details"] = score.details
+        fields["reason"] = score.reason
+        fields["judge"] = score.judge
+        return EvalResult.model_validate(fields)
 
     def _error(self, event: TraceEvent, planned: Planned, error: str) -> EvalResult:
         bound = planned.bound
