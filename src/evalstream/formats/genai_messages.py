@@ -132,16 +132,25 @@ def _message_text(message: dict[str, Any]) -> str:
     return parts_text(message.get("content"))
 
 
-def _add_messages(content: Content, messages: Any, what: str) -> None:
-    """Add input messages (semconv ``parts`` or OpenAI ``content`` shape)."""
+def _message_objects(messages: Any, what: str) -> list[dict[str, Any]]:
+    """A messages attribute as a list of objects (one bare object counts as a list of one).
+
+    Raises:
+        BadSpanError: it is not a list of objects.
+    """
     messages = _structured(messages, what)
     if isinstance(messages, dict):
-        messages = [messages]
+        return [messages]
     if not isinstance(messages, list):
         raise BadSpanError(f"{what} is not a list of messages")
-    for message in messages:
-        if not isinstance(message, dict):
-            raise BadSpanError(f"{what} holds a non-object message")
+    if not all(isinstance(message, dict) for message in messages):
+        raise BadSpanError(f"{what} holds a non-object message")
+    return messages
+
+
+def _add_messages(content: Content, messages: Any, what: str) -> None:
+    """Add input messages (semconv ``parts`` or OpenAI ``content`` shape)."""
+    for message in _message_objects(messages, what):
         role = message.get("role")
         content.add_turn(role if isinstance(role, str) else "user", _message_text(message))
 
@@ -149,14 +158,7 @@ def _add_messages(content: Content, messages: Any, what: str) -> None:
 def _add_outputs(content: Content, messages: Any, what: str) -> None:
     """Add output messages: semconv ``[{role, parts, finish_reason}]``, OpenAI messages or
     OpenAI choices ``[{index, finish_reason, message}]``."""
-    messages = _structured(messages, what)
-    if isinstance(messages, dict):
-        messages = [messages]
-    if not isinstance(messages, list):
-        raise BadSpanError(f"{what} is not a list of messages")
-    for message in messages:
-        if not isinstance(message, dict):
-            raise BadSpanError(f"{what} holds a non-object message")
+    for message in _message_objects(messages, what):
         finish = message.get("finish_reason")
         inner = message.get("message")
         text = _message_text(inner) if isinstance(inner, dict) else _message_text(message)
