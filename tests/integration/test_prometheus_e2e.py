@@ -17,7 +17,6 @@ import itertools
 import json
 import re
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -34,7 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from evalstream.app.worker import Worker
 from evalstream.events import dump_json, load_json
 from tests.integration.workerkit import Topics, running, settings_for, wait_for
-from tests.support.broker import Broker
+from tests.support.broker import Broker, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -67,13 +66,6 @@ def shorten(rules: str) -> str:
     assert "[5m]" not in out
     assert "offset 5m" not in out
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @contextlib.asynccontextmanager
