@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from evalstream.app.observers import ResultObserver
-from evalstream.events import Alert, EvalResult, RawRecord
+from evalstream.events import Alert, EvalResult, Record
 from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
 from evalstream.sinks.base import Sink
@@ -45,7 +45,7 @@ class Outputs:
             except Exception:  # an observer bug must not cost the result its commit
                 log.exception("observer_failed", observer=type(observer).__name__)
 
-    async def dead_letter(self, record: RawRecord, reason: str, error: str) -> None:
+    async def dead_letter(self, record: Record, reason: str, error: str) -> None:
         """Publish the original message with the reason."""
         await self.sink.publish_dead_letter(record, reason, error)
         self._metrics.dead_letters.labels(reason).inc()

@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from evalstream.events import RawRecord, TraceEvent
+from evalstream.events import Record, TraceEvent
 
 __all__ = ["Decoded", "Decoder"]
 
@@ -26,6 +26,6 @@ class Decoded:
 class Decoder(Protocol):
     """Decodes one message. Raises ``DecodeError`` (-> dead letter) when it cannot."""
 
-    def __call__(self, record: RawRecord) -> Decoded:
+    def __call__(self, record: Record) -> Decoded:
         """Decode ``record``."""
         ...

@@ -14,7 +14,7 @@ from typing import Any
 
 from evalstream.config import InputTopic
 from evalstream.errors import DecodeError
-from evalstream.events import RawRecord, load_json
+from evalstream.events import Record, load_json
 from evalstream.formats.base import Decoded, Decoder
 from evalstream.formats.genai import (
     Attrs,
@@ -173,9 +173,9 @@ def make_decoder(topic: InputTopic) -> Decoder:
     """A decoder for ``topic`` (``format: otlp_json``)."""
     options = Options.from_topic(topic)
 
-    def decoder(record: RawRecord) -> Decoded:
+    def decoder(record: Record) -> Decoded:
         if record.value is None:
             raise DecodeError("empty_message", "message has no value (tombstone)")
-        return decode(record.value, options, record.timestamp_ms)
+        return decode(record.value, options, record.timestamp)
 
     return decoder

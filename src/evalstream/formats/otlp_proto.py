@@ -15,7 +15,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from evalstream.config import InputTopic
 from evalstream.errors import DecodeError
-from evalstream.events import RawRecord
+from evalstream.events import Record
 from evalstream.formats.base import Decoded, Decoder
 from evalstream.formats.genai import (
     Attrs,
@@ -119,9 +119,9 @@ def make_decoder(topic: InputTopic) -> Decoder:
     """A decoder for ``topic`` (``format: otlp_proto``)."""
     options = Options.from_topic(topic)
 
-    def decoder(record: RawRecord) -> Decoded:
+    def decoder(record: Record) -> Decoded:
         if record.value is None:
             raise DecodeError("empty_message", "message has no value (tombstone)")
-        return decode(record.value, options, record.timestamp_ms)
+        return decode(record.value, options, record.timestamp)
 
     return decoder

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from evalstream.events import Alert, EvalResult, RawRecord
+from evalstream.events import Alert, EvalResult, Record
 
 __all__ = ["Sink"]
 
@@ -25,7 +25,7 @@ class Sink(Protocol):
         """Publish one result (key = trace_id)."""
         ...
 
-    async def publish_dead_letter(self, record: RawRecord, reason: str, error: str) -> None:
+    async def publish_dead_letter(self, record: Record, reason: str, error: str) -> None:
         """Publish the original message byte-for-byte with headers naming the problem."""
         ...
 

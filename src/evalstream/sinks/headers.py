@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from evalstream.events import SCHEMA_VERSION, RawRecord
+from evalstream.events import SCHEMA_VERSION, Record
 
 __all__ = ["DLQ_ERROR", "DLQ_OFFSET", "DLQ_PARTITION", "DLQ_REASON", "DLQ_TOPIC",
            "dead_letter_headers", "result_headers"]
@@ -22,7 +22,7 @@ def result_headers(route: str, evaluator: str) -> list[tuple[str, bytes]]:
             ("schema_version", _SCHEMA)]
 
 
-def dead_letter_headers(record: RawRecord, reason: str, error: str) -> list[tuple[str, bytes]]:
+def dead_letter_headers(record: Record, reason: str, error: str) -> list[tuple[str, bytes]]:
     """Headers naming why and where a dead letter came from; the original headers follow."""
     return [
         (DLQ_REASON, reason.encode()),

@@ -18,7 +18,7 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
 from evalstream.config import KafkaSettings, TopicSettings
 from evalstream.errors import SinkError
-from evalstream.events import Alert, EvalResult, RawRecord, dump_json
+from evalstream.events import Alert, EvalResult, Record, dump_json
 from evalstream.logging import get_logger
 from evalstream.sinks.headers import dead_letter_headers, result_headers
 
@@ -108,7 +108,7 @@ class KafkaSink:
         await self._send(self._topics.results, dump_json(result), result.trace_id.encode(),
                          result_headers(result.route, result.evaluator))
 
-    async def publish_dead_letter(self, record: RawRecord, reason: str, error: str) -> None:
+    async def publish_dead_letter(self, record: Record, reason: str, error: str) -> None:
         """Publish the original bytes with the reason; returns once acknowledged.
 
         A message too large for the producer is published without its value (headers

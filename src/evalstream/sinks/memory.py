@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass
 
 from evalstream.errors import SinkError
-from evalstream.events import Alert, EvalResult, RawRecord
+from evalstream.events import Alert, EvalResult, Record
 
 __all__ = ["DeadLetter", "MemorySink"]
 
@@ -15,7 +15,7 @@ __all__ = ["DeadLetter", "MemorySink"]
 class DeadLetter:
     """A dead letter as published."""
 
-    record: RawRecord
+    record: Record
     reason: str
     error: str
 
@@ -51,7 +51,7 @@ class MemorySink:
         await self._ack()
         self.results.append(result)
 
-    async def publish_dead_letter(self, record: RawRecord, reason: str, error: str) -> None:
+    async def publish_dead_letter(self, record: Record, reason: str, error: str) -> None:
         """Keep the dead letter."""
         await self._ack()
         self.dead_letters.append(DeadLetter(record, reason, error))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from evalstream.events import RawRecord
+from evalstream.events import Record
 
 __all__ = ["TP", "RebalanceHandler", "Source"]
 
@@ -37,7 +37,7 @@ class Source(Protocol):
         """Connect and subscribe; ``handler`` hears about (re)assignments."""
         ...
 
-    async def poll(self, timeout_s: float, max_records: int) -> list[RawRecord]:
+    async def poll(self, timeout_s: float, max_records: int) -> list[Record]:
         """Up to ``max_records`` records, in offset order per partition (may be empty)."""
         ...
 

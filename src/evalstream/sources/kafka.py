@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from itertools import chain
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -16,7 +17,7 @@ from aiokafka.errors import ConsumerStoppedError, KafkaError
 
 from evalstream.config import KafkaSettings
 from evalstream.errors import SourceError
-from evalstream.events import RawRecord
+from evalstream.events import Record
 from evalstream.logging import get_logger
 from evalstream.sources.base import TP, RebalanceHandler
 
@@ -91,7 +92,7 @@ class KafkaSource:
         self._consumer = consumer
         self._connected = True
 
-    async def poll(self, timeout_s: float, max_records: int) -> list[RawRecord]:
+    async def poll(self, timeout_s: float, max_records: int) -> list[Record]:
         """The next records; an empty list on timeout or after a transient error."""
         consumer = self._consumer
         if consumer is None:
@@ -107,9 +108,8 @@ class KafkaSource:
             await asyncio.sleep(_BACKOFF_S)
             return []
         # Grouped by partition, in offset order: the worker handles a partition run at once.
-        return [RawRecord(r.topic, r.partition, r.offset, r.value, r.key,
-                          tuple(r.headers) if r.headers else (), r.timestamp)
-                for records in batch.values() for r in records]
+        # aiokafka's records satisfy ``Record`` as they are: no per-message copy.
+        return list(chain.from_iterable(batch.values()))
 
     def assignment(self) -> set[TP]:
         """The partitions currently assigned to this member."""

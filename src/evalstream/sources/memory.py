@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 
-from evalstream.events import RawRecord
+from evalstream.events import RawRecord, Record
 from evalstream.sources.base import TP, RebalanceHandler
 
 __all__ = ["MemorySource"]
@@ -65,9 +65,9 @@ class MemorySource:
                 return i
         return len(self._queues[tp])
 
-    async def poll(self, timeout_s: float, max_records: int) -> list[RawRecord]:
+    async def poll(self, timeout_s: float, max_records: int) -> list[Record]:
         """Up to ``max_records`` records unless paused."""
-        out: list[RawRecord] = []
+        out: list[Record] = []
         if not self.paused:
             for tp, queue in self._queues.items():
                 start = self._positions[tp]
