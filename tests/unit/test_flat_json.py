@@ -17,7 +17,7 @@ SECRET = "my card number is 4111"
 
 def record(value: bytes | None, offset: int = 7, ts: int | None = 1_700_000_000_000
            ) -> RawRecord:
-    return RawRecord("traces", 2, offset, value, timestamp_ms=ts)
+    return RawRecord("traces", 2, offset, value, timestamp=ts)
 
 
 def decode(obj: Any, topic: InputTopic | None = None, **kw: Any) -> TraceEvent:
@@ -137,3 +137,53 @@ def test_wrong_types_are_dead_lettered_even_when_sampled_out() -> None:
         with pytest.raises(DecodeError) as info:
             decoder.decode(record(dump_json(bad)), keep=lambda _: False)
         assert info.value.reason == "invalid_field", bad
+
+
+# Messages the sampling probe must refuse ("decode it fully"): each is a dead letter or
+# needs the full decoder's normalising.
+PROBE_REFUSES: list[bytes] = [
+    b"", b"not json", b"[1, 2]", b'"text"', b"null", b'{"output": "a",}',
+    dump_json({"input": "no output"}), dump_json({"output": 1}),
+    dump_json({"output": "a", "messages": "not a list"}),
+    dump_json({"output": "a", "messages": [{"role": "user", "content": 5}]}),
+    dump_json({"output": "a", "attributes": {"nested": {"a": 1}}}),
+    dump_json({"output": "a", "attributes": {"n": 1}}),  # valid, but coerced: full path
+    dump_json({"output": "a", "context": [1]}), dump_json({"output": "a", "app": ["x"]}),
+    dump_json({"output": "a", "timestamp": True}),
+    dump_json({"messages": [{"role": "assistant", "content": "derived output"}]}),
+    dump_json({"output": "a", "event_id": 7}),  # numeric id: converted by the full path
+    dump_json({"output": "a"}),  # no id at all: the full path derives one from the offset
+    dump_json({"output": "a", "trace_id": "", "event_id": ""}),
+    # Invalid UTF-8 inside a key the probe does not read: orjson rejects it, so must we.
+    b'{"output": "a", "other": {"x": "caf\xe9"}}', b'{"output": "a", "o": "\xed\xa0\x80"}',
+]
+
+
+@pytest.mark.parametrize("value", PROBE_REFUSES)
+def test_sampling_probe_refuses_what_needs_the_full_decoder(value: bytes) -> None:
+    probe = make_decoder(InputTopic(topic="traces")).sampling_probe("trace_id")
+    assert probe is not None
+    assert probe(value) is None
+
+
+@pytest.mark.parametrize("key", ["trace_id", "event_id", "session_id"])
+def test_sampling_probe_key_is_the_decoded_events_sampling_key(key: str) -> None:
+    decoder = make_decoder(InputTopic(topic="traces"))
+    probe = decoder.sampling_probe(key)
+    assert probe is not None
+    accepted = 0
+    extra = [{"event_id": "e-ü", "trace_id": "t-ü", "output": "ça va ✓"},
+             {"event_id": "e1", "output": "a", "unknown": {"deep": [1, None, "x"]}}]
+    for i, obj in enumerate(CASES + extra):
+        value = dump_json(obj)
+        found = probe(value)
+        (event,) = decoder(record(value, offset=i)).events  # every case is valid
+        if found is not None:
+            accepted += 1
+            assert found == (getattr(event, key) or event.event_id)
+    assert accepted >= 40  # the probe takes the common plain shape
+
+
+def test_no_sampling_probe_with_a_custom_mapping() -> None:
+    topic = InputTopic(topic="traces", mapping={"output": "response.text"})
+    assert make_decoder(topic).sampling_probe("trace_id") is None

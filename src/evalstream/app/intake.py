@@ -1,9 +1,15 @@
 """The decode stage of the worker: size limit, per-topic decoders, and intake counts.
 
 ``Intake.decode`` turns one record into events or raises ``DecodeError`` (a dead letter).
-For ``flat_json`` topics it passes the pipeline's sampling test to the decoder, so an event
-no route would sample is skipped before a model is built (the cheap path most messages
-take at low rates). Counts are gathered per batch and added to the metrics once.
+Counts are gathered per batch and added to the metrics once.
+
+At low rates most messages are sampled out, so that path is kept short. For ``flat_json``
+topics without a custom mapping, ``Intake.sampled_out`` asks the decoder's sampling probe
+for the message's sampling key (one typed msgspec pass that also checks every known
+field's type) and hashes it: a plain message no route would sample is counted as a
+``sampling`` skip without building anything. Anything else (malformed messages, which
+become dead letters, and messages that need normalising) takes ``decode``, which passes
+the pipeline's sampling test to the decoder so those are skipped before a model is built.
 
 With ``sampling.key: message_key`` the worker decides before decoding, from the Kafka key
 (``key_limit`` / ``key_seed``): a message whose key hashes at or above the highest route
@@ -17,12 +23,13 @@ messages take the ordinary path and are sampled on their events' ``trace_id``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from zlib import crc32
 
 from evalstream.app.pipeline import Pipeline
 from evalstream.config import Settings
 from evalstream.errors import DecodeError
-from evalstream.events import RawRecord
+from evalstream.events import Record
 from evalstream.formats import Decoded, Decoder, decoder_for
 from evalstream.formats.flat_json import SAMPLED_OUT, FlatJsonDecoder
 from evalstream.metrics import Metrics
@@ -72,8 +79,35 @@ class Intake:
         #: ``Sampler.fraction_of_bytes(key) < rate``). None when sampling is on the event.
         self.key_limit: float | None = max_rate * SCALE if sampler.by_message_key else None
         self.key_seed = sampler.seed
+        #: ``sampled_out`` when a probe can decide for some topic (event-key sampling below
+        #: rate 1); None otherwise, so callers skip the call altogether.
+        self.sampled_out: Callable[[Record], bool] | None = None
+        probes = {topic: probe for topic, d in self._decoders.items()
+                  if type(d) is FlatJsonDecoder
+                  and (probe := d.sampling_probe(pipeline.sampling_key)) is not None}
+        if probes and not sampler.by_message_key and max_rate < 1.0:
+            self.sampled_out = self._prober(probes, max_rate * SCALE, sampler.seed)
 
-    def consumed(self, records: Sequence[RawRecord]) -> None:
+    def _prober(self, probes: dict[str, Callable[[bytes], str | None]], limit: float,
+                seed: int) -> Callable[[Record], bool]:
+        max_bytes = self._max_bytes
+
+        def sampled_out(record: Record) -> bool:
+            """Whether ``record`` is a valid event that no route samples (then skip it)."""
+            value = record.value
+            if not value or len(value) > max_bytes:
+                return False
+            probe = probes.get(record.topic)
+            if probe is None:
+                return False
+            key = probe(value)
+            # The pipeline's own test (``Sampler.fraction_of(key) < max_rate``) on the
+            # CRC scale: exact, so the probe and the decoder always agree.
+            return key is not None and crc32(key.encode("utf-8"), seed) >= limit
+
+        return sampled_out
+
+    def consumed(self, records: Sequence[Record]) -> None:
         """Count a fetched batch."""
         if len(self._consumed) == 1:
             self._consumed[records[0].topic].inc(len(records))
@@ -81,7 +115,7 @@ class Intake:
         for topic, n in Counter(r.topic for r in records).items():
             self._consumed[topic].inc(n)
 
-    def decode(self, record: RawRecord, *, presampled: bool = False) -> Decoded:
+    def decode(self, record: Record, *, presampled: bool = False) -> Decoded:
         """Decode one record (``SAMPLED_OUT`` when sampling leaves its event out).
 
         Args:

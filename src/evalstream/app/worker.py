@@ -38,7 +38,7 @@ from evalstream.app.outputs import Outputs
 from evalstream.app.pipeline import Pipeline, Planned
 from evalstream.config import Settings
 from evalstream.errors import DecodeError, SinkError, SourceError
-from evalstream.events import RawRecord, TraceEvent
+from evalstream.events import Record, TraceEvent
 from evalstream.judges.base import Judge
 from evalstream.judges.registry import build_judges, close_judges
 from evalstream.logging import get_logger
@@ -248,12 +248,13 @@ class Worker:
             self.source.resume()
         self.metrics.paused.set(1 if paused else 0)
 
-    async def _handle_batch(self, records: list[RawRecord]) -> None:
+    async def _handle_batch(self, records: list[Record]) -> None:
         generation = self._generation
         intake, tracker = self.intake, self.tracker
         intake.consumed(records)
         counts = BatchCounts()
         limit, seed = intake.key_limit, intake.key_seed
+        sampled_out = intake.sampled_out
         # Per partition (a source returns each partition's records together, in offset
         # order): messages that produce no work are not tracked one by one; once the
         # partition's records are handled, one ``advance`` covers them all.
@@ -262,9 +263,9 @@ class Worker:
                 break  # a rebalance happened: the rest of this batch may be stale
             if not tracker.is_assigned(tp):
                 continue
-            skipped = 0
+            skipped = probed = 0
             complete = True
-            record: RawRecord | None = None
+            record: Record | None = None
             for record in group:
                 fraction = None
                 if limit is not None:
@@ -277,6 +278,10 @@ class Worker:
                             skipped += 1
                             continue
                         fraction = crc / SCALE
+                elif sampled_out is not None and sampled_out(record):
+                    # The path most messages take at low rates: checked, hashed, skipped.
+                    probed += 1
+                    continue
                 try:
                     decoded = intake.decode(record, presampled=fraction is not None)
                 except DecodeError as exc:
@@ -299,14 +304,16 @@ class Worker:
                 if generation != self._generation:
                     complete = False
                     break
-            counts.sampled_out += skipped
+            counts.sampled_out += skipped + probed
+            if probed:
+                counts.decoded[tp[0]] += probed
             if not complete:
                 break
             if record is not None:
                 tracker.advance(tp, record.offset + 1)
         intake.flush(counts)
 
-    async def _dispatch(self, record: RawRecord, tp: TP, events: list[TraceEvent],
+    async def _dispatch(self, record: Record, tp: TP, events: list[TraceEvent],
                         fraction: float | None = None) -> None:
         """Plan the events' evaluations, track the offset, start them within the bound.
 
@@ -367,7 +374,7 @@ class Worker:
         self.tracker.done(state, offset)
         self.committer.progressed()
 
-    async def _dead_letter(self, record: RawRecord, tp: TP, reason: str, error: str) -> None:
+    async def _dead_letter(self, record: Record, tp: TP, reason: str, error: str) -> None:
         with structlog.contextvars.bound_contextvars(
                 topic=record.topic, partition=record.partition, offset=record.offset):
             log.warning("dead_letter", reason=reason, error=error,
@@ -380,7 +387,7 @@ class Worker:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _publish_dead_letter(self, record: RawRecord, state: PartitionState,
+    async def _publish_dead_letter(self, record: Record, state: PartitionState,
                                    reason: str, error: str) -> None:
         try:
             await self.outputs.dead_letter(record, reason, error)
