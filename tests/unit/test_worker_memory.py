@@ -165,6 +165,12 @@ async def test_health_endpoints() -> None:
             assert (await client.get(f"{base}/readyz")).text == "ready\n"
             metrics = (await client.get(f"{base}/metrics")).text
             assert 'evalstream_results_published_total{status="ok"} 1.0' in metrics
+            assert "evalstream_messages_consumed_total" in metrics
+            # name[] selects series (what a cheap poller asks for), as in prometheus_client.
+            only = (await client.get(f"{base}/metrics", params={
+                "name[]": "evalstream_results_published_total"})).text
+            assert 'evalstream_results_published_total{status="ok"} 1.0' in only
+            assert "evalstream_messages_consumed_total" not in only
             assert (await client.get(f"{base}/nope")).status_code == 404
             assert (await client.post(f"{base}/metrics")).status_code == 405
         worker.source.assignment = set  # type: ignore[method-assign]  # lost its partitions

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
+from urllib.parse import parse_qs
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -67,9 +68,13 @@ class HealthServer:
     def _respond(self, method: str, path: str) -> tuple[int, str, bytes]:
         if method not in ("GET", "HEAD"):
             return 405, "text/plain", b"method not allowed\n"
-        path = path.split("?", 1)[0]
+        path, _, query = path.partition("?")
         if path == "/metrics":
-            return 200, CONTENT_TYPE_LATEST, generate_latest(self._registry)
+            # ``name[]=`` selects series, as prometheus_client's own handler does: a poller
+            # that wants one counter should not cost the worker the whole exposition.
+            names = parse_qs(query).get("name[]")
+            registry = self._registry.restricted_registry(names) if names else self._registry
+            return 200, CONTENT_TYPE_LATEST, generate_latest(registry)
         if path == "/healthz":
             return 200, "text/plain", b"ok\n"
         if path == "/readyz":
