@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+from datetime import UTC, datetime, timedelta
+
 import pytest
 from prometheus_client import CollectorRegistry
 
 from evalstream.app.pipeline import Pipeline
 from evalstream.errors import ConfigError
-from evalstream.events import TraceEvent, result_id
+from evalstream.events import TraceEvent, dump_json, result_id
 from evalstream.metrics import Metrics
 from tests.unit.pipeline_doubles import JUDGES, settings
 
@@ -125,3 +128,31 @@ def test_may_sample_uses_the_highest_route_rate() -> None:
     keys = [f"t{i}" for i in range(5000)]
     share = sum(pipeline.may_sample(k) for k in keys) / len(keys)
     assert abs(share - 0.3) < 0.03
+
+
+@pytest.mark.parametrize("config", [
+    {"evaluator": "refusal", "name": None, "params": {}},
+    {"z": 1, "a": {"y": [1, {"b": 2, "a": "\u00e9"}], "b": None}, "\u00e9": "x"},
+    {},
+])
+def test_the_precomputed_result_id_equals_result_id(config: dict[str, object]) -> None:
+    from evalstream.app.pipeline import _id_tail
+
+    tail = _id_tail("lab", config)
+    assert tail is not None
+    for event_id in ("e1", "evt-\u00e9\"quoted\"\n", ""):
+        expected = result_id(event_id, "lab", config)
+        got = hashlib.blake2b(b"[" + dump_json(event_id) + tail, digest_size=16).hexdigest()
+        assert got == expected
+
+
+async def test_end_to_end_lag_is_measured_from_the_event_time() -> None:
+    pipeline, registry = make()
+    old = datetime.now(UTC) - timedelta(seconds=120)
+    await pipeline.evaluate(ev(5, timestamp=old), topic="traces")
+    naive = (datetime.now(UTC) - timedelta(seconds=120)).replace(tzinfo=None)
+    await pipeline.evaluate(ev(6, timestamp=naive), topic="traces")
+    assert count(registry, "evalstream_end_to_end_lag_seconds_count") == 2
+    assert count(registry, "evalstream_end_to_end_lag_seconds_bucket", le="60.0") == 0
+    assert count(registry, "evalstream_end_to_end_lag_seconds_bucket", le="300.0") == 2
+    assert 240 <= count(registry, "evalstream_end_to_end_lag_seconds_sum") < 250

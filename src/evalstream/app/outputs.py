@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from evalstream.app.observers import ResultObserver
 from evalstream.events import Alert, EvalResult, Record
 from evalstream.logging import get_logger
-from evalstream.metrics import Metrics
+from evalstream.metrics import Metrics, fast_inc
 from evalstream.sinks.base import Sink
 
 __all__ = ["Outputs"]
@@ -32,13 +32,13 @@ class Outputs:
         self.sink = sink
         self._metrics = metrics
         self._observers = observers
-        self._ok = metrics.results_published.labels("ok")
-        self._error = metrics.results_published.labels("error")
+        self._ok = fast_inc(metrics.results_published.labels("ok"))
+        self._error = fast_inc(metrics.results_published.labels("error"))
 
     async def result(self, result: EvalResult) -> None:
         """Publish one result, then let the observers see it."""
         await self.sink.publish_result(result)
-        (self._ok if result.status == "ok" else self._error).inc()
+        (self._ok if result.status == "ok" else self._error)(1)
         for observer in self._observers:
             try:
                 observer.observe(result)

@@ -10,11 +10,12 @@ and :meth:`Pipeline.run` (one evaluator on one event, never raises for content).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,10 +24,10 @@ from evalstream.config import EvaluatorSpec, Route, Settings
 from evalstream.errors import ConfigError, JudgeError, SkipEvaluation
 from evalstream.evaluators import registry
 from evalstream.evaluators.base import Evaluator, Score
-from evalstream.events import EvalResult, TraceEvent, result_id, utcnow
+from evalstream.events import EvalResult, TraceEvent, dump_json, result_id
 from evalstream.judges.base import Judge
 from evalstream.logging import get_logger
-from evalstream.metrics import LabelSet, Metrics
+from evalstream.metrics import LabelSet, Metrics, fast_inc, fast_observe
 from evalstream.routing import Router
 from evalstream.sampling import Sampler
 
@@ -63,10 +64,29 @@ class _Bound:
     #: The evaluator config that goes into ``result_id``.
     config: dict[str, Any]
     labels: LabelSet
-    outcomes: dict[str, Any]
-    weighted: dict[str, Any]
-    score_hist: Any
-    seconds: Any
+    #: ``inc`` of the outcome / weighted-outcome counter children, by outcome.
+    outcomes: dict[str, Callable[[float], None]]
+    weighted: dict[str, Callable[[float], None]]
+    #: ``observe`` of the score and duration histogram children.
+    score_hist: Callable[[float], None]
+    seconds: Callable[[float], None]
+    #: ``type(evaluator).is_label_evaluator``, read once rather than per result.
+    is_label: bool
+    #: Everything of ``result_id``'s hashed payload after the event id (see ``_id_tail``).
+    id_tail: bytes | None
+
+    def result_id(self, event_id: str) -> str:
+        """``events.result_id(event_id, label, config)``, without re-serialising the config.
+
+        The payload ``stable_hash`` hashes is the JSON array ``[event_id, label, config]``;
+        only the event id changes between results, so the rest is serialised once
+        (``id_tail``, checked against ``result_id`` when bound) and appended to it.
+        """
+        tail = self.id_tail
+        if tail is None:
+            return result_id(event_id, self.label, self.config)
+        payload = b"[" + dump_json(event_id) + tail
+        return hashlib.blake2b(payload, digest_size=16).hexdigest()
 
 
 @dataclass(slots=True)
@@ -74,6 +94,10 @@ class _RouteRuntime:
     route: Route
     evaluators: tuple[_Bound, ...]
     sampled: Any
+    #: The route's effective rate (global x route; both fixed by the settings).
+    rate: float
+    #: Its evaluations as planned, built once: plans share them (they are immutable).
+    planned: tuple[Planned, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,20 +143,23 @@ class Pipeline:
         #: No route samples above this rate: events whose fraction is higher can be skipped
         #: before routing, and before a decoder builds them (see ``may_sample``).
         self._max_rate = max(self._sampler.rate_for(r.sample_rate) for r in settings.routes)
-        self._skip_sampling = metrics.events_skipped.labels("sampling")
-        self._skip_no_route = metrics.events_skipped.labels("no_route")
+        self._skip_sampling = fast_inc(metrics.events_skipped.labels("sampling"))
+        self._skip_no_route = fast_inc(metrics.events_skipped.labels("no_route"))
+        self._lag = fast_observe(metrics.end_to_end_lag)
         self._skip_counters: dict[str, Any] = {}
         self._log_content = settings.logging.log_content
 
-    @staticmethod
-    def _build_route(ri: int, route: Route, judges: Mapping[str, Judge],
+    def _build_route(self, ri: int, route: Route, judges: Mapping[str, Judge],
                      metrics: Metrics) -> _RouteRuntime:
         bound = []
         for ei, spec in enumerate(route.evaluators):
             where = f"routes[{ri}] ({route.name}) evaluators[{ei}]"
             evaluator = registry.create(spec, judges, where=where)
             bound.append(_bind(route.name, spec, evaluator, metrics))
-        return _RouteRuntime(route, tuple(bound), metrics.events_sampled.labels(route.name))
+        rate = self._sampler.rate_for(route.sample_rate)
+        return _RouteRuntime(route, tuple(bound),
+                             fast_inc(metrics.events_sampled.labels(route.name)),
+                             rate, tuple(Planned(b, rate) for b in bound))
 
     @property
     def evaluators(self) -> list[Evaluator[Any]]:
@@ -165,21 +192,20 @@ class Pipeline:
         if fraction is None:
             fraction = self._sampler.fraction(event)
         if fraction >= self._max_rate:
-            self._skip_sampling.inc()
+            self._skip_sampling(1)
             return []
         chosen = self._router.route(event, topic)
         if not chosen:
-            self._skip_no_route.inc()
+            self._skip_no_route(1)
             return []
         planned: list[Planned] = []
         for index in chosen:
             runtime = self._routes[index]
-            rate = self._sampler.rate_for(runtime.route.sample_rate)
-            if fraction < rate:
-                runtime.sampled.inc()
-                planned.extend(Planned(b, rate) for b in runtime.evaluators)
+            if fraction < runtime.rate:
+                runtime.sampled(1)
+                planned.extend(runtime.planned)
         if not planned:
-            self._skip_sampling.inc()
+            self._skip_sampling(1)
         return planned
 
     async def run(self, event: TraceEvent, planned: Planned) -> EvalResult | None:
@@ -194,7 +220,7 @@ class Pipeline:
             score = await bound.evaluator.evaluate(event)
         except SkipEvaluation as skip:
             self._count_skip(skip.reason)
-            bound.outcomes["skipped"].inc()
+            bound.outcomes["skipped"](1)
             return None
         except JudgeError as exc:
             return self._error(event, planned, f"judge: {exc}")
@@ -210,7 +236,7 @@ class Pipeline:
                             error_type=type(exc).__name__)
             return self._error(event, planned, f"{type(exc).__name__}: {exc}")
         finally:
-            bound.seconds.observe(time.perf_counter() - started)
+            bound.seconds(time.perf_counter() - started)
         try:
             result = self._result(event, planned, score)
         except ValidationError as exc:
@@ -246,7 +272,7 @@ class Pipeline:
         """The fields every result of ``planned`` on ``event`` carries, ok or error."""
         bound = planned.bound
         return {
-            "result_id": result_id(event.event_id, bound.label, bound.config),
+            "result_id": bound.result_id(event.event_id),
             "event_id": event.event_id,
             "trace_id": event.trace_id,
             "span_id": event.span_id,
@@ -276,8 +302,8 @@ class Pipeline:
 
     def _error(self, event: TraceEvent, planned: Planned, error: str) -> EvalResult:
         bound = planned.bound
-        bound.outcomes["error"].inc()
-        bound.weighted["error"].inc(1.0 / planned.sample_rate)
+        bound.outcomes["error"](1)
+        bound.weighted["error"](1.0 / planned.sample_rate)
         return EvalResult(
             **self._envelope(event, planned),
             status="error",
@@ -288,33 +314,60 @@ class Pipeline:
         bound = planned.bound
         passed = result.passed
         outcome = "labelled" if passed is None else ("passed" if passed else "failed")
-        bound.outcomes[outcome].inc()
-        bound.weighted[outcome].inc(1.0 / planned.sample_rate)
+        bound.outcomes[outcome](1)
+        bound.weighted[outcome](1.0 / planned.sample_rate)
         if result.score is not None:
-            bound.score_hist.observe(result.score)
-        if result.label is not None and type(bound.evaluator).is_label_evaluator:
+            bound.score_hist(result.score)
+        if result.label is not None and bound.is_label:
             self.metrics.labels.labels(bound.route, bound.label,
                                        bound.labels(result.label)).inc()
-        if result.event_time is not None:
-            lag = (utcnow() - _aware(result.event_time)).total_seconds()
-            self.metrics.end_to_end_lag.observe(max(0.0, lag))
+        event_time = result.event_time
+        if event_time is not None:
+            # From the event's time to the result's own time stamp (set when it was just
+            # built), rather than reading the clock a second time.
+            if event_time.tzinfo is None:
+                event_time = event_time.replace(tzinfo=UTC)
+            lag = (result.evaluated_at - event_time).total_seconds()
+            self._lag(max(0.0, lag))
 
 
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+def _id_tail(label: str, config: dict[str, Any]) -> bytes | None:
+    """The bytes after the event id in ``result_id``'s payload, or None if they can't be cut.
+
+    ``stable_hash`` hashes ``[event_id, label, config]`` as compact JSON with sorted keys;
+    with the config's keys sorted here, ``dump_json`` writes the same bytes. The tail is
+    checked against ``result_id`` itself, so an id never silently changes.
+    """
+    tail = b"," + dump_json([label, _sorted(config)])[1:]
+    probe = "probe-event"
+    expected = result_id(probe, label, config)
+    got = hashlib.blake2b(b"[" + dump_json(probe) + tail, digest_size=16).hexdigest()
+    return tail if got == expected else None
+
+
+def _sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, (list, tuple)):
+        return [_sorted(v) for v in value]
+    return value
 
 
 def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],
           metrics: Metrics) -> _Bound:
     label = spec.label
+    config = spec.model_dump(mode="json")
     return _Bound(
         route=route,
         label=label,
         evaluator=evaluator,
-        config=spec.model_dump(mode="json"),
+        config=config,
         labels=LabelSet(evaluator.labels()),
-        outcomes={o: metrics.evaluations.labels(route, label, o) for o in OUTCOMES},
-        weighted={o: metrics.evaluations_weighted.labels(route, label, o) for o in OUTCOMES},
-        score_hist=metrics.scores.labels(route, label),
-        seconds=metrics.evaluation_seconds.labels(label),
+        outcomes={o: fast_inc(metrics.evaluations.labels(route, label, o)) for o in OUTCOMES},
+        weighted={o: fast_inc(metrics.evaluations_weighted.labels(route, label, o))
+                  for o in OUTCOMES},
+        score_hist=fast_observe(metrics.scores.labels(route, label)),
+        seconds=fast_observe(metrics.evaluation_seconds.labels(label)),
+        is_label=type(evaluator).is_label_evaluator,
+        id_tail=_id_tail(label, config),
     )

@@ -108,6 +108,15 @@ def require(value: str | None, reason: str) -> str:
 
 def yes_probability(judgement: Judgement, options: Sequence[str] = YES_NO) -> float:
     """p(first option), renormalised over the two options (judges may leak other tokens)."""
+    if len(options) == 2:
+        # The common case, without building the whole normalised mapping: the same
+        # arithmetic as ``normalise`` (so the same float), for the one value needed.
+        probabilities = judgement.probabilities
+        first, second = options
+        yes = max(0.0, probabilities.get(first, 0.0))
+        total = yes + max(0.0, probabilities.get(second, 0.0))
+        if total > 0.0:
+            return yes / total
     return normalise(judgement.probabilities, options)[options[0]]
 
 
@@ -144,7 +153,7 @@ def binary_score(
         threshold=threshold,
         confidence=binary_confidence(p_good),
         probabilities={good: p_good, bad: 1.0 - p_good},
-        details=dict(details or {}),
+        details=dict(details) if details else {},
         judge=judgement.info if judgement is not None else None,
     )
 
