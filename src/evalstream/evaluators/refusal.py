@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from evalstream.evaluators.base import Evaluator, Score, add_reason
+from evalstream.evaluators.base import Evaluator, Score, add_reason, wants_reason
 from evalstream.evaluators.common import BinaryParams, binary_score, clip, require, yes_probability
 from evalstream.evaluators.registry import register
 from evalstream.events import TraceEvent
@@ -55,4 +55,6 @@ class Refusal(Evaluator[RefusalParams]):
         score = binary_score(1.0 - p_refused, threshold=self.params.threshold,
                              labels=self.LABELS, probability_names=self.LABELS,
                              judgement=judgement)
+        if not wants_reason(self.spec, score.passed):
+            return score  # the usual case: no second coroutine just to decide that
         return await add_reason(self, score, request.data, rationale=judgement.rationale)

@@ -63,6 +63,8 @@ class KafkaSink:
         self._settings = settings
         self._topics = topics
         self._producer: AIOKafkaProducer | None = None
+        #: Result headers by (route, evaluator): a handful of constant lists, built once.
+        self._result_headers: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
 
     async def start(self) -> None:
         """Connect the producer.
@@ -105,8 +107,12 @@ class KafkaSink:
 
     async def publish_result(self, result: EvalResult) -> None:
         """Publish one result; returns once acknowledged."""
+        names = (result.route, result.evaluator)
+        headers = self._result_headers.get(names)
+        if headers is None:
+            headers = self._result_headers[names] = result_headers(*names)
         await self._send(self._topics.results, dump_json(result), result.trace_id.encode(),
-                         result_headers(result.route, result.evaluator))
+                         headers)
 
     async def publish_dead_letter(self, record: Record, reason: str, error: str) -> None:
         """Publish the original bytes with the reason; returns once acknowledged.

@@ -180,10 +180,13 @@ def score_refusal(output: str) -> tuple[dict[str, float], str]:
     hits: list[str] = []
     opened = _HEAD_MERGED.match(head)
     if opened is not None:  # always, as every lookahead may be skipped; kept for mypy
-        for group, (weight, name) in zip(opened.groups(), _HEAD_HITS, strict=True):
-            if group is not None:
-                total += weight
-                hits.append(name)
+        groups = opened.groups()
+        # Most answers open with none of the patterns: one C-level count skips the loop.
+        if groups.count(None) != len(groups):
+            for group, (weight, name) in zip(groups, _HEAD_HITS, strict=True):
+                if group is not None:
+                    total += weight
+                    hits.append(name)
     found = {i for i, _, _ in _GATE_FINDER.find_matches_as_indexes(body, overlapping=True)}
     for pattern, weight, gate, name in _BODY_GATED:
         if found.isdisjoint(gate):
