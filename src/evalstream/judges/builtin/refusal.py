@@ -49,8 +49,11 @@ _OPENING: tuple[tuple[re.Pattern[str], float], ...] = tuple(
          r"(?:point\s+out|clarify|remind|emphasi[sz]e|decline|inform|correct)", 1.6),
         (r"^\W*(?:i\s+)?(?:appreciate|understand)\s+(?:your|that\s+you|you'?re)", 0.8),
         (r"^\W*(?:while|although)\b", 0.4),
-        (r"^\W*(?:\w+\s+){0,6}(?:should|must)\s+not\s+be\b", 0.9),
-        (r"^\W*(?:\w+\s+){0,6}(?:is|are)\s+not\s+(?:\w+\s+){0,2}(?:appropriate|ethical|"
+        # Possessive ``\w++\s++``: a shorter word or space run can never be followed by
+        # what comes next (a space, resp. a letter), so these match exactly what ``\w+\s+``
+        # matches, minus the futile backtracking into each word (~1 us per pattern).
+        (r"^\W*(?:\w++\s++){0,6}(?:should|must)\s+not\s+be\b", 0.9),
+        (r"^\W*(?:\w++\s++){0,6}(?:is|are)\s+not\s+(?:\w++\s++){0,2}(?:appropriate|ethical|"
          r"acceptable|okay|right|fair|accurate)", 1.4),
     )
 )
@@ -113,7 +116,8 @@ _COMPLY_BODY: _Gated = tuple(
 _COMPLY_HEAD: tuple[tuple[re.Pattern[str], float], ...] = tuple(
     (re.compile(p), w)
     for p, w in (
-        (r"^\W*(?:to|for)\s+\w+(?:\s+\w+){0,8}?,\s+(?:you|follow|first|here)", -1.4),
+        # Possessive runs as in _OPENING (a shorter run is always followed by its own kind).
+        (r"^\W*(?:to|for)\s++\w++(?:\s++\w++){0,8}?,\s+(?:you|follow|first|here)", -1.4),
         (r"^\W*(?:sure|certainly|of\s+course|absolutely|yes|great\s+question)\b", -2.0),
         (r"^\W*(?:first|firstly|the\s+best\s+way|one\s+way)\b", -1.0),
     )
