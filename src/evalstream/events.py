@@ -7,7 +7,7 @@ the worker publishes. orjson is used here and nowhere else, so this is the one w
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
@@ -27,6 +27,7 @@ __all__ = [
     "eval_result_json_schema",
     "load_json",
     "result_id",
+    "result_ids",
     "stable_hash",
 ]
 
@@ -50,9 +51,12 @@ def load_json(data: bytes | str) -> Any:
     return orjson.loads(data)
 
 
+_HASH_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+
+
 def stable_hash(*parts: Any, length: int = 32) -> str:
     """A stable hex digest of JSON-serialisable parts (sorted keys), for ids and cache keys."""
-    payload = orjson.dumps(parts, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    payload = orjson.dumps(parts, option=_HASH_OPTIONS)
     return hashlib.blake2b(payload, digest_size=length // 2).hexdigest()
 
 
@@ -202,6 +206,21 @@ class EvalResult(BaseModel):
 def result_id(event_id: str, evaluator: str, evaluator_config: Any) -> str:
     """The id of a result: the same event scored by the same evaluator config gets the same id."""
     return stable_hash(event_id, evaluator, evaluator_config)
+
+
+def result_ids(evaluator: str, evaluator_config: Any) -> Callable[[str], str]:
+    """``result_id`` for one evaluator config, with the config serialised once (hot path).
+
+    ``stable_hash`` hashes the compact JSON array ``[event_id, evaluator, config]``; only
+    the event id changes from result to result, so the rest is written once here.
+    """
+    tail = b"," + orjson.dumps([evaluator, evaluator_config], option=_HASH_OPTIONS)[1:]
+
+    def result_id_of(event_id: str) -> str:
+        payload = b"[" + orjson.dumps(event_id) + tail
+        return hashlib.blake2b(payload, digest_size=16).hexdigest()
+
+    return result_id_of
 
 
 class Alert(BaseModel):

@@ -7,13 +7,11 @@ the configured set collapse to ``other`` so a bad event can never blow up cardin
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
-__all__ = ["LabelSet", "Metrics", "fast_inc", "fast_observe"]
+__all__ = ["LabelSet", "Metrics"]
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _LAG_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600)
@@ -29,47 +27,6 @@ class LabelSet:
     def __call__(self, value: str | None) -> str:
         """Return ``value`` if it is allowed, else ``"other"``."""
         return value if value is not None and value in self._allowed else "other"
-
-
-def fast_inc(child: Any) -> Callable[[float], None]:
-    """``child.inc`` for a labelled counter child, minus the per-call checks (hot path).
-
-    ``Counter.inc`` re-checks on every call that the metric is a child (it is), that the
-    amount is not negative and whether an exemplar came with it; the child's value object
-    does the actual (locked) increment. Callers pass a positive amount explicitly. Falls
-    back to ``child.inc`` if the client's internals ever look different.
-    """
-    inc = getattr(getattr(child, "_value", None), "inc", None)
-    return inc if callable(inc) else child.inc  # type: ignore[no-any-return]
-
-
-def fast_observe(child: Any) -> Callable[[float], None]:
-    """``child.observe`` for a labelled histogram child: one bisect instead of a bucket loop.
-
-    Updates the same sum and bucket values ``Histogram.observe`` updates (so the exported
-    samples are identical); NaN goes through ``observe`` itself. Falls back to
-    ``child.observe`` if the client's internals ever look different.
-    """
-    bounds = getattr(child, "_upper_bounds", None)
-    buckets = getattr(child, "_buckets", None)
-    total = getattr(child, "_sum", None)
-    observe: Callable[[float], None] = child.observe
-    if not (isinstance(bounds, list) and isinstance(buckets, list) and total is not None
-            and len(bounds) == len(buckets) and bounds == sorted(bounds)
-            and bounds and bounds[-1] == float("inf")):
-        return observe
-    incs = tuple(b.inc for b in buckets)
-    add = total.inc
-
-    def observe_fast(amount: float) -> None:
-        if amount != amount:  # NaN: no bucket holds it; leave that to the client
-            observe(amount)
-            return
-        add(amount)
-        # The first bucket whose upper bound is >= amount (the loop in ``observe``).
-        incs[bisect_left(bounds, amount)](1)
-
-    return observe_fast
 
 
 class Metrics:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from evalstream.app.observers import ResultObserver
 from evalstream.events import Alert, EvalResult, Record
 from evalstream.logging import get_logger
-from evalstream.metrics import Metrics, fast_inc
+from evalstream.metrics import Metrics
 from evalstream.sinks.base import Sink
 
 __all__ = ["Outputs"]
@@ -32,8 +32,8 @@ class Outputs:
         self.sink = sink
         self._metrics = metrics
         self._observers = observers
-        self._ok = fast_inc(metrics.results_published.labels("ok"))
-        self._error = fast_inc(metrics.results_published.labels("error"))
+        self._ok = metrics.results_published.labels("ok").inc
+        self._error = metrics.results_published.labels("error").inc
 
     async def result(self, result: EvalResult) -> None:
         """Publish one result, then let the observers see it."""

@@ -10,7 +10,6 @@ and :meth:`Pipeline.run` (one evaluator on one event, never raises for content).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import importlib
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -24,10 +23,10 @@ from evalstream.config import EvaluatorSpec, Route, Settings
 from evalstream.errors import ConfigError, JudgeError, SkipEvaluation
 from evalstream.evaluators import registry
 from evalstream.evaluators.base import Evaluator, Score
-from evalstream.events import EvalResult, TraceEvent, dump_json, result_id
+from evalstream.events import EvalResult, TraceEvent, result_ids
 from evalstream.judges.base import Judge
 from evalstream.logging import get_logger
-from evalstream.metrics import LabelSet, Metrics, fast_inc, fast_observe
+from evalstream.metrics import LabelSet, Metrics
 from evalstream.routing import Router
 from evalstream.sampling import Sampler
 
@@ -72,21 +71,8 @@ class _Bound:
     seconds: Callable[[float], None]
     #: ``type(evaluator).is_label_evaluator``, read once rather than per result.
     is_label: bool
-    #: Everything of ``result_id``'s hashed payload after the event id (see ``_id_tail``).
-    id_tail: bytes | None
-
-    def result_id(self, event_id: str) -> str:
-        """``events.result_id(event_id, label, config)``, without re-serialising the config.
-
-        The payload ``stable_hash`` hashes is the JSON array ``[event_id, label, config]``;
-        only the event id changes between results, so the rest is serialised once
-        (``id_tail``, checked against ``result_id`` when bound) and appended to it.
-        """
-        tail = self.id_tail
-        if tail is None:
-            return result_id(event_id, self.label, self.config)
-        payload = b"[" + dump_json(event_id) + tail
-        return hashlib.blake2b(payload, digest_size=16).hexdigest()
+    #: ``events.result_id`` of this evaluator for an event id (config serialised once).
+    result_id: Callable[[str], str]
 
 
 @dataclass(slots=True)
@@ -143,9 +129,9 @@ class Pipeline:
         #: No route samples above this rate: events whose fraction is higher can be skipped
         #: before routing, and before a decoder builds them (see ``may_sample``).
         self._max_rate = max(self._sampler.rate_for(r.sample_rate) for r in settings.routes)
-        self._skip_sampling = fast_inc(metrics.events_skipped.labels("sampling"))
-        self._skip_no_route = fast_inc(metrics.events_skipped.labels("no_route"))
-        self._lag = fast_observe(metrics.end_to_end_lag)
+        self._skip_sampling = metrics.events_skipped.labels("sampling").inc
+        self._skip_no_route = metrics.events_skipped.labels("no_route").inc
+        self._lag = metrics.end_to_end_lag.observe
         self._skip_counters: dict[str, Any] = {}
         self._log_content = settings.logging.log_content
 
@@ -158,7 +144,7 @@ class Pipeline:
             bound.append(_bind(route.name, spec, evaluator, metrics))
         rate = self._sampler.rate_for(route.sample_rate)
         return _RouteRuntime(route, tuple(bound),
-                             fast_inc(metrics.events_sampled.labels(route.name)),
+                             metrics.events_sampled.labels(route.name).inc,
                              rate, tuple(Planned(b, rate) for b in bound))
 
     @property
@@ -331,28 +317,6 @@ class Pipeline:
             self._lag(max(0.0, lag))
 
 
-def _id_tail(label: str, config: dict[str, Any]) -> bytes | None:
-    """The bytes after the event id in ``result_id``'s payload, or None if they can't be cut.
-
-    ``stable_hash`` hashes ``[event_id, label, config]`` as compact JSON with sorted keys;
-    with the config's keys sorted here, ``dump_json`` writes the same bytes. The tail is
-    checked against ``result_id`` itself, so an id never silently changes.
-    """
-    tail = b"," + dump_json([label, _sorted(config)])[1:]
-    probe = "probe-event"
-    expected = result_id(probe, label, config)
-    got = hashlib.blake2b(b"[" + dump_json(probe) + tail, digest_size=16).hexdigest()
-    return tail if got == expected else None
-
-
-def _sorted(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _sorted(value[k]) for k in sorted(value)}
-    if isinstance(value, (list, tuple)):
-        return [_sorted(v) for v in value]
-    return value
-
-
 def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],
           metrics: Metrics) -> _Bound:
     label = spec.label
@@ -363,11 +327,11 @@ def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],
         evaluator=evaluator,
         config=config,
         labels=LabelSet(evaluator.labels()),
-        outcomes={o: fast_inc(metrics.evaluations.labels(route, label, o)) for o in OUTCOMES},
-        weighted={o: fast_inc(metrics.evaluations_weighted.labels(route, label, o))
+        outcomes={o: metrics.evaluations.labels(route, label, o).inc for o in OUTCOMES},
+        weighted={o: metrics.evaluations_weighted.labels(route, label, o).inc
                   for o in OUTCOMES},
-        score_hist=fast_observe(metrics.scores.labels(route, label)),
-        seconds=fast_observe(metrics.evaluation_seconds.labels(label)),
+        score_hist=metrics.scores.labels(route, label).observe,
+        seconds=metrics.evaluation_seconds.labels(label).observe,
         is_label=type(evaluator).is_label_evaluator,
-        id_tail=_id_tail(label, config),
+        result_id=result_ids(label, config),
     )
