@@ -23,7 +23,7 @@ messages take the ordinary path and are sampled on their events' ``trace_id``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from zlib import crc32
 
 from evalstream.app.pipeline import Pipeline
@@ -34,6 +34,7 @@ from evalstream.formats import Decoded, Decoder, decoder_for
 from evalstream.formats.flat_json import SAMPLED_OUT, FlatJsonDecoder
 from evalstream.metrics import Metrics
 from evalstream.sampling import SCALE, Sampler
+from evalstream.sources.base import TP
 
 __all__ = ["SAMPLED_OUT", "BatchCounts", "Intake"]
 
@@ -107,13 +108,10 @@ class Intake:
 
         return sampled_out
 
-    def consumed(self, records: Sequence[Record]) -> None:
+    def consumed(self, batch: Mapping[TP, Sequence[Record]]) -> None:
         """Count a fetched batch."""
-        if len(self._consumed) == 1:
-            self._consumed[records[0].topic].inc(len(records))
-            return
-        for topic, n in Counter(r.topic for r in records).items():
-            self._consumed[topic].inc(n)
+        for (topic, _), records in batch.items():
+            self._consumed[topic].inc(len(records))
 
     def decode(self, record: Record, *, presampled: bool = False) -> Decoded:
         """Decode one record (``SAMPLED_OUT`` when sampling leaves its event out).

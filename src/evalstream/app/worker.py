@@ -20,8 +20,6 @@ import gc
 import os
 import signal
 from collections.abc import Mapping, Sequence
-from itertools import groupby
-from operator import attrgetter
 from typing import Any
 from zlib import crc32
 
@@ -58,8 +56,6 @@ _LAG_INTERVAL_S = 1.0
 _UNASSIGNED_WARNING_S = 60.0
 _DEAD_LETTER_CONCURRENCY = 64
 _EXIT_FORCED = 130
-#: A record's (topic, partition), built in C (the batch loop groups by it).
-_tp: Any = attrgetter("topic", "partition")
 
 
 class Worker:
@@ -248,70 +244,69 @@ class Worker:
             self.source.resume()
         self.metrics.paused.set(1 if paused else 0)
 
-    async def _handle_batch(self, records: list[Record]) -> None:
+    async def _handle_batch(self, batch: Mapping[TP, Sequence[Record]]) -> None:
         generation = self._generation
         intake, tracker = self.intake, self.tracker
-        intake.consumed(records)
+        intake.consumed(batch)
         counts = BatchCounts()
         limit, seed = intake.key_limit, intake.key_seed
         sampled_out = intake.sampled_out
-        # Per partition (a source returns each partition's records together, in offset
-        # order): messages that produce no work are not tracked one by one; once the
-        # partition's records are handled, one ``advance`` covers them all.
-        for tp, group in groupby(records, _tp):
+        # Per partition, in offset order. Messages that produce no work are not tracked one
+        # by one: once a partition's records are handled, one ``advance`` covers them all.
+        for tp, group in batch.items():
             if generation != self._generation:
                 break  # a rebalance happened: the rest of this batch may be stale
-            if not tracker.is_assigned(tp):
+            if not tracker.is_assigned(tp) or not group:
                 continue
-            skipped = probed = 0
-            complete = True
-            record: Record | None = None
-            for record in group:
-                fraction = None
-                if limit is not None:
-                    key = record.key
-                    if key:
-                        # The cheap path most messages take at low rates with
-                        # ``sampling.key: message_key``: a CRC of the key, nothing decoded.
-                        crc = crc32(key, seed)
-                        if crc >= limit:
-                            skipped += 1
-                            continue
-                        fraction = crc / SCALE
-                elif sampled_out is not None and sampled_out(record):
-                    # The path most messages take at low rates: checked, hashed, skipped.
-                    probed += 1
-                    continue
-                try:
-                    decoded = intake.decode(record, presampled=fraction is not None)
-                except DecodeError as exc:
-                    await self._dead_letter(record, tp, exc.reason, str(exc))
-                    if generation != self._generation:
-                        complete = False
-                        break
-                    continue
-                if decoded is SAMPLED_OUT:
-                    counts.sampled_out += 1
-                    counts.decoded[record.topic] += 1
-                    continue
-                if decoded.skipped:
-                    counts.skipped.update(decoded.skipped)
-                events = decoded.events
-                if not events:
-                    continue
-                counts.decoded[record.topic] += len(events)
-                await self._dispatch(record, tp, events, fraction)
-                if generation != self._generation:
-                    complete = False
-                    break
-            counts.sampled_out += skipped + probed
-            if probed:
-                counts.decoded[tp[0]] += probed
-            if not complete:
+            # The path most messages take at low rates, as one comprehension: with
+            # ``sampling.key: message_key`` a CRC of the key (nothing decoded), else the
+            # decoder's probe (checked, hashed, nothing built). What is left is decoded.
+            work: Sequence[Record]
+            if limit is not None:
+                work = [r for r in group if not (k := r.key) or crc32(k, seed) < limit]
+                counts.sampled_out += len(group) - len(work)
+            elif sampled_out is not None:
+                work = [r for r in group if not sampled_out(r)]
+                counts.sampled_out += len(group) - len(work)
+                counts.decoded[tp[0]] += len(group) - len(work)
+            else:
+                work = group
+            if await self._handle_records(work, tp, generation, counts):
+                tracker.advance(tp, group[-1].offset + 1)
+            else:
                 break
-            if record is not None:
-                tracker.advance(tp, record.offset + 1)
         intake.flush(counts)
+
+    async def _handle_records(self, records: Sequence[Record], tp: TP, generation: int,
+                              counts: BatchCounts) -> bool:
+        """Decode and dispatch one partition's records; False if a rebalance cut it short."""
+        intake = self.intake
+        limit, seed = intake.key_limit, intake.key_seed
+        for record in records:
+            fraction = None
+            if limit is not None and (key := record.key):
+                fraction = crc32(key, seed) / SCALE  # sampled on its key, planned with it
+            try:
+                decoded = intake.decode(record, presampled=fraction is not None)
+            except DecodeError as exc:
+                await self._dead_letter(record, tp, exc.reason, str(exc))
+                if generation != self._generation:
+                    return False
+                continue
+            if decoded is SAMPLED_OUT:
+                counts.sampled_out += 1
+                counts.decoded[record.topic] += 1
+                continue
+            if decoded.skipped:
+                counts.skipped.update(decoded.skipped)
+            events = decoded.events
+            if not events:
+                continue
+            counts.decoded[record.topic] += len(events)
+            await self._dispatch(record, tp, events, fraction)
+            if generation != self._generation:
+                return False
+        return True
 
     async def _dispatch(self, record: Record, tp: TP, events: list[TraceEvent],
                         fraction: float | None = None) -> None:

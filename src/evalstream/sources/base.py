@@ -37,8 +37,8 @@ class Source(Protocol):
         """Connect and subscribe; ``handler`` hears about (re)assignments."""
         ...
 
-    async def poll(self, timeout_s: float, max_records: int) -> list[Record]:
-        """Up to ``max_records`` records, in offset order per partition (may be empty)."""
+    async def poll(self, timeout_s: float, max_records: int) -> Mapping[TP, Sequence[Record]]:
+        """Up to ``max_records`` records by partition, each in offset order (may be empty)."""
         ...
 
     def assignment(self) -> set[TP]:

@@ -65,16 +65,19 @@ class MemorySource:
                 return i
         return len(self._queues[tp])
 
-    async def poll(self, timeout_s: float, max_records: int) -> list[Record]:
-        """Up to ``max_records`` records unless paused."""
-        out: list[Record] = []
+    async def poll(self, timeout_s: float, max_records: int) -> dict[TP, list[Record]]:
+        """Up to ``max_records`` records by partition unless paused."""
+        out: dict[TP, list[Record]] = {}
+        left = max_records
         if not self.paused:
             for tp, queue in self._queues.items():
                 start = self._positions[tp]
-                take = queue[start:start + max_records - len(out)]
-                self._positions[tp] = start + len(take)
-                out.extend(take)
-                if len(out) >= max_records:
+                take = queue[start:start + left]
+                if take:
+                    self._positions[tp] = start + len(take)
+                    out[tp] = list(take)
+                    left -= len(take)
+                if left <= 0:
                     break
         if not out:
             await asyncio.sleep(min(timeout_s, 0.01))
