@@ -40,8 +40,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from evalstream.config import InputTopic
-from evalstream.events import Message, TraceEvent
-from evalstream.formats.base import Decoded
+from evalstream.errors import DecodeError
+from evalstream.events import Message, Record, TraceEvent
+from evalstream.formats.base import Decoded, Decoder
 from evalstream.formats.genai_messages import (
     AttrGetter,
     BadSpanError,
@@ -53,7 +54,8 @@ from evalstream.formats.genai_messages import (
     retrieval_documents,
 )
 
-__all__ = ["Attrs", "BadSpanError", "BatchBuilder", "Options", "Resource", "SpanView"]
+__all__ = ["Attrs", "BadSpanError", "BatchBuilder", "Options", "Resource", "SpanView",
+           "record_decoder"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -378,3 +380,17 @@ class BatchBuilder:
             except ValueError:  # pydantic's ValidationError; the fields are built typed
                 self.skipped["bad_span"] += 1
         return Decoded(events=events, skipped=self.skipped)
+
+
+def record_decoder(topic: InputTopic,
+                   decode: Callable[[bytes, Options, int | None], Decoded]) -> Decoder:
+    """The ``Decoder`` of an OTLP topic: its options resolved once, tombstones rejected,
+    and ``decode(value, options, record_timestamp_ms)`` for everything else."""
+    options = Options.from_topic(topic)
+
+    def decoder(record: Record) -> Decoded:
+        if record.value is None:
+            raise DecodeError("empty_message", "message has no value (tombstone)")
+        return decode(record.value, options, record.timestamp)
+
+    return decoder

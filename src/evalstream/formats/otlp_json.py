@@ -14,7 +14,7 @@ from typing import Any
 
 from evalstream.config import InputTopic
 from evalstream.errors import DecodeError
-from evalstream.events import Record, load_json
+from evalstream.events import load_json
 from evalstream.formats.base import Decoded, Decoder
 from evalstream.formats.genai import (
     Attrs,
@@ -23,6 +23,7 @@ from evalstream.formats.genai import (
     Options,
     Resource,
     SpanView,
+    record_decoder,
 )
 from evalstream.formats.genai_messages import AttrGetter
 
@@ -171,11 +172,4 @@ def decode(value: bytes | str, options: Options,
 
 def make_decoder(topic: InputTopic) -> Decoder:
     """A decoder for ``topic`` (``format: otlp_json``)."""
-    options = Options.from_topic(topic)
-
-    def decoder(record: Record) -> Decoded:
-        if record.value is None:
-            raise DecodeError("empty_message", "message has no value (tombstone)")
-        return decode(record.value, options, record.timestamp)
-
-    return decoder
+    return record_decoder(topic, decode)

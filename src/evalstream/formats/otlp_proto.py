@@ -15,7 +15,6 @@ from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from evalstream.config import InputTopic
 from evalstream.errors import DecodeError
-from evalstream.events import Record
 from evalstream.formats.base import Decoded, Decoder
 from evalstream.formats.genai import (
     Attrs,
@@ -24,6 +23,7 @@ from evalstream.formats.genai import (
     Options,
     Resource,
     SpanView,
+    record_decoder,
 )
 from evalstream.formats.genai_messages import AttrGetter
 
@@ -117,11 +117,4 @@ def decode(value: bytes, options: Options, record_timestamp_ms: int | None = Non
 
 def make_decoder(topic: InputTopic) -> Decoder:
     """A decoder for ``topic`` (``format: otlp_proto``)."""
-    options = Options.from_topic(topic)
-
-    def decoder(record: Record) -> Decoded:
-        if record.value is None:
-            raise DecodeError("empty_message", "message has no value (tombstone)")
-        return decode(record.value, options, record.timestamp)
-
-    return decoder
+    return record_decoder(topic, decode)
