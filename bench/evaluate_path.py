@@ -17,63 +17,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import signal
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-import httpx
-import yaml
-
-from throughput import REPO, TOPIC, broker, cpu_seconds, free_port, produce, scrape
+import throughput
+from throughput import REPO, broker, produce
 
 _COUNTER = "evalstream_results_published_total"
 
 
 def run_worker(bootstrap: str, n: int, src: Path, workdir: Path, group: str) -> float:
     """Run the worker of ``src`` at 100% until it published ``n`` results: CPU-us per result."""
-    port = free_port()
-    config = {
-        "kafka": {"bootstrap_servers": bootstrap, "group_id": group},
-        "inputs": [{"topic": TOPIC}],
-        "topics": {"results": f"{group}.results", "dead_letter": f"{group}.dlq",
-                   "alerts": f"{group}.alerts"},
-        "sampling": {"rate": 1.0},
-        "routes": [{"name": "support", "evaluators": [{"evaluator": "refusal"}]}],
-        "server": {"host": "127.0.0.1", "port": port},
-        "logging": {"level": "WARNING"},
-    }
-    path = workdir / f"{group}.yaml"
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    with (workdir / f"{group}.log").open("wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "evalstream", "run", "--config",
-                                 str(path)], env=env, stdout=subprocess.DEVNULL, stderr=log)
-    samples: list[tuple[float, float]] = []
-    try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"worker exited with {proc.returncode}; see {log.name}")
-            try:
-                value = scrape(port).get(_COUNTER, 0.0)
-            except httpx.HTTPError:
-                value = 0.0
-            if value > 0:
-                samples.append((value, cpu_seconds(proc.pid)))
-            if value >= n:
-                break
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    (v0, c0), (v1, c1) = samples[0], samples[-1]
-    return (c1 - c0) / (v1 - v0) * 1e6
+    figures = throughput.run_worker(bootstrap, n, 1.0, workdir, group, _COUNTER, n, src=src)
+    return figures["cpu_per_event"] * 1e6
 
 
 def extract(revision: str, into: Path) -> Path:

@@ -196,8 +196,10 @@ def peak_rss_mb(pid: int) -> float:
 
 
 def run_worker(bootstrap: str, n: int, rate: float, workdir: Path, group: str,
-               counter: str, target: int, key: str = "trace_id") -> dict[str, float]:
-    """Run the worker process until ``counter`` reaches ``target``; return its figures."""
+               counter: str, target: int, key: str = "trace_id",
+               src: Path = REPO / "src") -> dict[str, float]:
+    """Run the worker process (the package under ``src``) until ``counter`` reaches
+    ``target``; return its figures."""
     port = free_port()
     config = {
         "kafka": {"bootstrap_servers": bootstrap, "group_id": group},
@@ -211,7 +213,7 @@ def run_worker(bootstrap: str, n: int, rate: float, workdir: Path, group: str,
     }
     path = workdir / f"{group}.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    env = {**os.environ, "PYTHONPATH": str(src)}
     with (workdir / f"{group}.log").open("wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "evalstream", "run", "--config",
                                  str(path)], env=env, stdout=subprocess.DEVNULL, stderr=log)
