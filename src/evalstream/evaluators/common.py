@@ -8,10 +8,8 @@ conversations are rendered one line per turn.
 
 from __future__ import annotations
 
-import asyncio
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Generic, Literal, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Literal
 
 from pydantic import Field
 
@@ -22,7 +20,6 @@ from evalstream.judges.base import YES_NO, Judgement
 from evalstream.judges.scoring import binary_confidence, normalise
 
 __all__ = [
-    "AsyncMemo",
     "BinaryParams",
     "TextParams",
     "TextSource",
@@ -181,55 +178,3 @@ def text_of(event: TraceEvent, source: TextSource, params: TextParams) -> str:
                    "no_conversation")
 
 
-T = TypeVar("T")
-
-
-class AsyncMemo(Generic[T]):
-    """A bounded, least-recently-used memo of async results that also joins in-flight work.
-
-    Two evaluations that need the same value at once (two events of one conversation, two
-    events with one system prompt) share one judge request. Failures are not remembered.
-    """
-
-    def __init__(self, max_entries: int) -> None:
-        self.max_entries = max_entries
-        self._entries: OrderedDict[str, asyncio.Future[T]] = OrderedDict()
-        #: Computations started (each is one or more judge requests).
-        self.misses = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    async def get(self, key: str, compute: Callable[[], Awaitable[T]]) -> T:
-        """The value for ``key``, computing it with ``compute`` only when not known."""
-        if self.max_entries == 0:  # caching disabled
-            self.misses += 1
-            return await compute()
-        while (future := self._entries.get(key)) is not None:
-            self._entries.move_to_end(key)
-            try:
-                return await asyncio.shield(future)
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if future.cancelled() and not (task is not None and task.cancelling()):
-                    # The evaluation computing it was cancelled, not this one: compute anew.
-                    continue
-                raise
-        self.misses += 1
-        future = asyncio.get_running_loop().create_future()
-        self._entries[key] = future
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
-        try:
-            value = await compute()
-        except BaseException as exc:
-            if self._entries.get(key) is future:
-                del self._entries[key]
-            if isinstance(exc, asyncio.CancelledError):
-                future.cancel()
-            elif not future.done():
-                future.set_exception(exc)
-                future.exception()  # mark retrieved: waiters re-raise, nobody else must
-            raise
-        future.set_result(value)
-        return value

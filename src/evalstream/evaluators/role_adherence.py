@@ -9,6 +9,7 @@ a 6-turn conversation arriving as 6 events costs 6 requests, not 1+2+...+6 = 21.
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
 from functools import partial
 
@@ -18,7 +19,6 @@ from evalstream.config import EvaluatorSpec
 from evalstream.errors import SkipEvaluation
 from evalstream.evaluators.base import Evaluator, Score, add_reason
 from evalstream.evaluators.common import (
-    AsyncMemo,
     TextParams,
     clip,
     conversation_of,
@@ -27,6 +27,7 @@ from evalstream.evaluators.common import (
 from evalstream.evaluators.registry import register
 from evalstream.events import JudgeInfo, TraceEvent, stable_hash
 from evalstream.judges.base import Judge, JudgeRequest
+from evalstream.judges.cache import TTLCache
 
 __all__ = ["RoleAdherence", "RoleAdherenceParams"]
 
@@ -81,7 +82,7 @@ class RoleAdherence(Evaluator[RoleAdherenceParams]):
 
     def __init__(self, spec: EvaluatorSpec, params: RoleAdherenceParams, judge: Judge) -> None:
         super().__init__(spec, params, judge)
-        self.memo: AsyncMemo[_Verdict] = AsyncMemo(self.params.cache_size)
+        self.memo: TTLCache[_Verdict] = TTLCache(self.params.cache_size, math.inf)
 
     def _role(self, event: TraceEvent) -> tuple[str, bool]:
         """(role, trusted): the configured role is trusted, a system prompt is data."""
@@ -127,11 +128,13 @@ class RoleAdherence(Evaluator[RoleAdherenceParams]):
         if not turns:
             raise SkipEvaluation("no_output")
         requests = [self.request(role, trusted, user, turn) for _, user, turn in turns]
-        before = self.memo.misses
-        verdicts = await asyncio.gather(*(
-            self.memo.get(stable_hash(r.instructions, r.data), partial(self._verdict, r))
+        answers = await asyncio.gather(*(
+            self.memo.get_or_compute(stable_hash(r.instructions, r.data),
+                                     partial(self._verdict, r))
             for r in requests))
-        fresh = self.memo.misses - before
+        verdicts = [verdict for verdict, _ in answers]
+        # Requests this evaluation sent (not answers it found or joined in flight).
+        fresh = sum(not hit for _, hit in answers)
         adhered = [v.p_yes >= self.params.turn_threshold for v in verdicts]
         share = sum(adhered) / len(adhered)
         value = (1.0 if all(adhered) else 0.0) if self.params.strict_mode else share

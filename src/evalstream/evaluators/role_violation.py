@@ -9,6 +9,7 @@ When an output fails, a second request (LLM judges only) names the affected sect
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import Field
@@ -17,7 +18,6 @@ from evalstream.config import EvaluatorSpec
 from evalstream.errors import EvaluatorError, JudgeUnsupportedError, SkipEvaluation
 from evalstream.evaluators.base import Evaluator, Score, add_reason, merge_judge_info
 from evalstream.evaluators.common import (
-    AsyncMemo,
     TextParams,
     binary_score,
     clip,
@@ -27,6 +27,7 @@ from evalstream.evaluators.common import (
 from evalstream.evaluators.registry import register
 from evalstream.events import TraceEvent, stable_hash
 from evalstream.judges.base import GenerateRequest, Generation, Judge, JudgeRequest
+from evalstream.judges.cache import TTLCache
 
 __all__ = ["RoleViolation", "RoleViolationParams", "parse_role"]
 
@@ -97,8 +98,8 @@ class RoleViolation(Evaluator[RoleViolationParams]):
 
     def __init__(self, spec: EvaluatorSpec, params: RoleViolationParams, judge: Judge) -> None:
         super().__init__(spec, params, judge)
-        self.roles: AsyncMemo[tuple[str, list[str], Generation | None]] = AsyncMemo(
-            params.cache_size)
+        self.roles: TTLCache[tuple[str, list[str], Generation | None]] = TTLCache(
+            params.cache_size, math.inf)
 
     def labels(self) -> tuple[str, ...]:
         """conforms / violates."""
@@ -120,13 +121,12 @@ class RoleViolation(Evaluator[RoleViolationParams]):
         source = p.expected_role or event.system_prompt
         if source is None or not source.strip():
             raise SkipEvaluation("no_role")
-        before = self.roles.misses
-        role, behaviours, generation = await self.roles.get(
+        (role, behaviours, generation), hit = await self.roles.get_or_compute(
             stable_hash("role", source), lambda: self._extract(source))
         if p.expected_role is not None:
             role = p.expected_role
         # Only the evaluation that ran the extraction is charged for it.
-        return role, behaviours, generation if self.roles.misses > before else None
+        return role, behaviours, None if hit else generation
 
     def request(self, event: TraceEvent, role: str, behaviours: list[str]) -> JudgeRequest:
         """The one conformance request."""

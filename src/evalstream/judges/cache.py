@@ -73,7 +73,8 @@ class TTLCache(Generic[V]):
             try:
                 return await asyncio.shield(pending), True
             except asyncio.CancelledError:
-                if not pending.cancelled():
+                task = asyncio.current_task()
+                if not pending.cancelled() or (task is not None and task.cancelling()):
                     raise  # this caller was cancelled
                 # The first caller gave up (its deadline passed): compute it ourselves.
         future: asyncio.Future[V] = asyncio.get_running_loop().create_future()
