@@ -33,7 +33,7 @@ from evalstream.events import Record
 from evalstream.formats import Decoded, Decoder, decoder_for
 from evalstream.formats.flat_json import SAMPLED_OUT, FlatJsonDecoder
 from evalstream.metrics import Metrics
-from evalstream.sampling import SCALE, Sampler
+from evalstream.sampling import SCALE
 from evalstream.sources.base import TP
 
 __all__ = ["SAMPLED_OUT", "BatchCounts", "Intake"]
@@ -73,12 +73,14 @@ class Intake:
         self._decoded = {t.topic: metrics.events_decoded.labels(t.format)
                          for t in settings.inputs}
         self._skip_sampling = metrics.events_skipped.labels("sampling")
-        sampler = Sampler(settings.sampling)
-        max_rate = max(sampler.rate_for(r.sample_rate) for r in settings.routes)
-        #: With ``sampling.key: message_key``: a key is kept when ``crc32(key, key_seed) <
-        #: key_limit`` (the highest route rate on the CRC scale; exact, so it agrees with
-        #: ``Sampler.fraction_of_bytes(key) < rate``). None when sampling is on the event.
-        self.key_limit: float | None = max_rate * SCALE if sampler.by_message_key else None
+        sampler = pipeline.sampler
+        # The pipeline's test ``fraction < max_rate`` on the CRC scale: a hash is kept when
+        # ``crc32(key, seed) < limit``. Exact (both sides scale by a power of two), so these
+        # shortcuts and the pipeline always agree.
+        limit = pipeline.max_rate * SCALE
+        #: With ``sampling.key: message_key``: the limit for the Kafka key's CRC (seeded with
+        #: ``key_seed``). None when sampling is on the event.
+        self.key_limit: float | None = limit if sampler.by_message_key else None
         self.key_seed = sampler.seed
         #: ``sampled_out`` when a probe can decide for some topic (event-key sampling below
         #: rate 1); None otherwise, so callers skip the call altogether.
@@ -86,8 +88,8 @@ class Intake:
         probes = {topic: probe for topic, d in self._decoders.items()
                   if type(d) is FlatJsonDecoder
                   and (probe := d.sampling_probe(pipeline.sampling_key)) is not None}
-        if probes and not sampler.by_message_key and max_rate < 1.0:
-            self.sampled_out = self._prober(probes, max_rate * SCALE, sampler.seed)
+        if probes and not sampler.by_message_key and pipeline.max_rate < 1.0:
+            self.sampled_out = self._prober(probes, limit, sampler.seed)
 
     def _prober(self, probes: dict[str, Callable[[bytes], str | None]], limit: float,
                 seed: int) -> Callable[[Record], bool]:
@@ -102,8 +104,6 @@ class Intake:
             if probe is None:
                 return False
             key = probe(value)
-            # The pipeline's own test (``Sampler.fraction_of(key) < max_rate``) on the
-            # CRC scale: exact, so the probe and the decoder always agree.
             return key is not None and crc32(key.encode("utf-8"), seed) >= limit
 
         return sampled_out

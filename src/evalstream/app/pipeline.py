@@ -157,6 +157,16 @@ class Pipeline:
         """The TraceEvent field sampling hashes."""
         return self._sampler.key
 
+    @property
+    def sampler(self) -> Sampler:
+        """The sampler every decision is taken with."""
+        return self._sampler
+
+    @property
+    def max_rate(self) -> float:
+        """The highest effective route rate: events at or above it are never sampled."""
+        return self._max_rate
+
     def may_sample(self, key_value: str) -> bool:
         """Whether an event whose sampling key is ``key_value`` can be sampled by any route.
 
