@@ -190,19 +190,15 @@ class BuiltinJudge(Judge):
         Raises:
             JudgeUnsupportedError: unknown task or a required data field is missing.
         """
-        scorer = TASKS.get(request.task)
-        if scorer is None:
-            raise JudgeUnsupportedError(
-                f"builtin judge cannot answer task {request.task!r} "
-                f"(supported: {', '.join(sorted(TASKS))})")
-        probabilities, rationale = scorer(request)
-        return Judgement(probabilities=probabilities, info=self._info, rationale=rationale)
+        return self.judge_sync(request)
 
     def judge_sync(self, request: JudgeRequest) -> Judgement:
         """The same as :meth:`judge` without a coroutine (benchmarks, offline tools)."""
         scorer = TASKS.get(request.task)
         if scorer is None:
-            raise JudgeUnsupportedError(f"builtin judge cannot answer task {request.task!r}")
+            raise JudgeUnsupportedError(
+                f"builtin judge cannot answer task {request.task!r} "
+                f"(supported: {', '.join(sorted(TASKS))})")
         probabilities, rationale = scorer(request)
         return Judgement(probabilities=probabilities, info=self._info, rationale=rationale)
 
