@@ -5,9 +5,12 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["WORD_RE", "binary", "logistic", "scale", "words"]
+__all__ = ["WORD_RE", "Signal", "binary", "logistic", "scale", "signals_in", "words"]
 
 WORD_RE = re.compile(r"[a-z0-9']+")
+
+#: A weighted cue: (pattern, weight added to the log-odds when it matches, name for rationales).
+Signal = tuple[re.Pattern[str], float, str]
 
 
 def logistic(x: float) -> float:
@@ -42,3 +45,16 @@ def scale(severity: float) -> dict[str, float]:
 def words(text: str) -> list[str]:
     """Lower-cased word tokens."""
     return WORD_RE.findall(text.lower())
+
+
+def signals_in(text: str, signals: tuple[Signal, ...],
+               start: float = 0.0) -> tuple[float, list[str]]:
+    """``start`` plus the weights of the signals whose pattern occurs in ``text`` (added in
+    order), and their names."""
+    total = start
+    hits: list[str] = []
+    for pattern, weight, name in signals:
+        if pattern.search(text):
+            total += weight
+            hits.append(name)
+    return total, hits

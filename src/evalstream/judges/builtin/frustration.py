@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import re
 
-from evalstream.judges.builtin._common import logistic, scale, words
+from evalstream.judges.builtin._common import Signal, logistic, scale, signals_in, words
 from evalstream.judges.builtin.sentiment import sentiment_compound
 
 __all__ = ["frustration_probability", "score_frustration", "split_turns"]
 
 _ROLE_LINE = re.compile(r"^\s*(user|assistant|human|ai|bot|system)\s*:\s?", re.I | re.M)
 
-_SIGNALS: tuple[tuple[re.Pattern[str], float, str], ...] = tuple(
+_SIGNALS: tuple[Signal, ...] = tuple(
     (re.compile(p, re.I), w, name)
     for p, w, name in (
         (r"^\W*no\b(?!\s*,?\s*(?:thanks?|thank\s+you)\b(?!.*\b(?:but|need|want)\b))", 1.3,
@@ -87,12 +87,7 @@ def frustration_probability(text: str) -> tuple[float, list[str]]:
         return 0.2, ["no user turn"]
     last = user_idx[-1]
     current = turns[last][1]
-    total = _BIAS
-    hits: list[str] = []
-    for pattern, weight, name in _SIGNALS:
-        if pattern.search(current):
-            total += weight
-            hits.append(name)
+    total, hits = signals_in(current, _SIGNALS, _BIAS)
     if last > 0 and turns[last - 1][0] == "assistant" and _FAILED_ASSISTANT.search(
             turns[last - 1][1]):
         total += 0.8
