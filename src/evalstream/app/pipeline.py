@@ -60,8 +60,6 @@ class _Bound:
     route: str
     label: str
     evaluator: Evaluator[Any]
-    #: The evaluator config that goes into ``result_id``.
-    config: dict[str, Any]
     labels: LabelSet
     #: ``inc`` of the outcome / weighted-outcome counter children, by outcome.
     outcomes: dict[str, Callable[[float], None]]
@@ -330,12 +328,10 @@ class Pipeline:
 def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],
           metrics: Metrics) -> _Bound:
     label = spec.label
-    config = spec.model_dump(mode="json")
     return _Bound(
         route=route,
         label=label,
         evaluator=evaluator,
-        config=config,
         labels=LabelSet(evaluator.labels()),
         outcomes={o: metrics.evaluations.labels(route, label, o).inc for o in OUTCOMES},
         weighted={o: metrics.evaluations_weighted.labels(route, label, o).inc
@@ -343,5 +339,6 @@ def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],
         score_hist=metrics.scores.labels(route, label).observe,
         seconds=metrics.evaluation_seconds.labels(label).observe,
         is_label=type(evaluator).is_label_evaluator,
-        result_id=result_ids(label, config),
+        # The evaluator config goes into every result's id.
+        result_id=result_ids(label, spec.model_dump(mode="json")),
     )
