@@ -156,6 +156,8 @@ PROBE_REFUSES: list[bytes] = [
     dump_json({"output": "a", "trace_id": "", "event_id": ""}),
     # Invalid UTF-8 inside a key the probe does not read: orjson rejects it, so must we.
     b'{"output": "a", "other": {"x": "caf\xe9"}}', b'{"output": "a", "o": "\xed\xa0\x80"}',
+    # Nested deeper than msgspec recurses (it raises RecursionError, not a MsgspecError).
+    b'{"output": "a", "trace_id": "t", "z": ' + b"[" * 5000 + b"]" * 5000 + b"}",
 ]
 
 

@@ -202,6 +202,20 @@ async def test_dead_letters_keep_the_original_bytes(bad: bytes) -> None:
     assert dead.record.key == b"k"
 
 
+async def test_deeply_nested_message_is_a_dead_letter_not_a_crash() -> None:
+    # The sampling probe runs on every message below rate 1; msgspec raises RecursionError
+    # on deep nesting, which once escaped the consume loop and stopped the worker for good.
+    deep = b'{"output": "x", "trace_id": "t", "z": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    worker, source, sink = build([raw(0), RawRecord("traces", 0, 1, deep), raw(2)],
+                                 sampling={"rate": 0.5})
+    async with started(worker) as task:
+        await until(lambda: source.committed.get(TP0) == 3)
+    assert await task == 0
+    (dead,) = sink.dead_letters
+    assert dead.record.offset == 1
+    assert dead.reason == "invalid_json"
+
+
 def test_results_are_eval_results() -> None:
     assert EvalResult.model_fields["result_id"].is_required()
 

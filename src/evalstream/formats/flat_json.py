@@ -282,7 +282,10 @@ class FlatJsonDecoder:
                     return None
             try:
                 event = decode(value)
-            except msgspec.MsgspecError:
+            except Exception:
+                # Whatever the fast check cannot judge (invalid JSON, wrong types, but also
+                # msgspec's RecursionError on deeply nested input) goes to the full decoder,
+                # which turns it into a dead letter; raising here would stop the worker.
                 return None
             found: str | None = get(event) or event.event_id
             return found or None
