@@ -9,12 +9,18 @@ that reads ``os.environ``.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from evalstream.config.drift import DriftSettings
 from evalstream.config.judges import (
@@ -166,6 +172,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text (invalid byte at offset "
+                          f"{exc.start}); save it as UTF-8") from exc
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -178,7 +187,19 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path}: the top level must be a mapping, "
                           f"not {type(data).__name__}")
+    for key in data:
+        if not isinstance(key, str):
+            # YAML allows `1: foo`; Settings(**data) would die with a TypeError instead.
+            raise ConfigError(f"config file {path}: top-level key {key!r} is not a section "
+                              f"name (keys must be strings)")
     return data
+
+
+def _env_names(field: str) -> list[str]:
+    """The EVALSTREAM_ variables that feed ``field`` (names are case-insensitive)."""
+    prefix = f"EVALSTREAM_{field.upper()}"
+    return sorted(n for n in os.environ
+                  if n.upper() == prefix or n.upper().startswith(prefix + "__"))
 
 
 def _resolve_secrets(settings: Settings) -> Settings:
@@ -213,6 +234,15 @@ def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
         settings = Settings(**data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, source)) from exc
+    except SettingsError as exc:
+        # pydantic-settings could not parse an environment value (e.g. bad JSON in
+        # EVALSTREAM_KAFKA); its message names the field but not the variable.
+        match = re.search(r'field "([^"]+)"', str(exc))
+        names = _env_names(match.group(1)) if match else []
+        where = ", ".join(names) or "an EVALSTREAM_ environment variable"
+        cause = f": {exc.__cause__}" if exc.__cause__ is not None else ""
+        raise ConfigError(f"invalid configuration in the environment: cannot parse "
+                          f"{where}{cause}") from exc
     return _resolve_secrets(settings)
 
 

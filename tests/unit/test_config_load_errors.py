@@ -1,0 +1,46 @@
+"""Bad input that used to escape as a traceback (exit 1) is a ConfigError naming its source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evalstream.cli import EXIT_CONFIG, main
+from evalstream.config import load_settings
+from evalstream.errors import ConfigError
+
+
+def test_non_utf8_file_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b'kafka:\n  client_id: "\xff\xfe"\n')
+    with pytest.raises(ConfigError, match=r"latin1\.yaml is not UTF-8"):
+        load_settings(path)
+
+
+def test_non_string_top_level_key(tmp_path: Path) -> None:
+    path = tmp_path / "intkey.yaml"
+    path.write_text("1: foo\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"intkey\.yaml: top-level key 1"):
+        load_settings(path)
+
+
+@pytest.mark.parametrize("name", ["EVALSTREAM_KAFKA", "EVALSTREAM_KAFKA__EXTRA"])
+def test_bad_json_in_environment_names_the_variable(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(name, "{bad")
+    with pytest.raises(ConfigError, match=rf"environment.*{name}\b"):
+        load_settings(None)
+
+
+def test_these_exit_2_from_the_command_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"kafka:\n  client_id: \xff\n")
+    assert main(["check-config", str(path)]) == EXIT_CONFIG
+    good = tmp_path / "good.yaml"
+    good.write_text("{}\n", encoding="utf-8")
+    monkeypatch.setenv("EVALSTREAM_KAFKA", "{bad")
+    assert main(["check-config", str(good)]) == EXIT_CONFIG
+    assert "EVALSTREAM_KAFKA" in capsys.readouterr().err
