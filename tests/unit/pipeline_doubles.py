@@ -1,8 +1,9 @@
 """Test doubles for pipeline and worker unit tests: a scripted evaluator and a null judge.
 
 The scripted evaluator's behaviour is chosen by the event's ``output`` so one route can
-exercise every path: ``skip``, ``judge_error``, ``boom``, ``bad_score``, ``fail``, and
-``sleep:<seconds>`` (then pass); anything else passes with score 0.9.
+exercise every path: ``skip``, ``judge_error``, ``boom``, ``bad_score``, ``fail``,
+``opaque`` (details JSON cannot hold) and ``sleep:<seconds>`` (then pass); anything else
+passes with score 0.9.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ class Scripted(Evaluator[EvaluatorParams]):
             raise RuntimeError("evaluator bug")
         elif output == "bad_score":
             return Score(score=2.0, label="x", passed=True)
+        elif output == "opaque":
+            return Score(score=0.9, label="good", passed=True, details={"obj": object()})
         elif output == "fail":
             return Score(score=0.2, label="bad", passed=False, threshold=0.5)
         return Score(score=0.9, label="good", passed=True, threshold=0.5,

@@ -216,6 +216,22 @@ async def test_deeply_nested_message_is_a_dead_letter_not_a_crash() -> None:
     assert dead.reason == "invalid_json"
 
 
+async def test_unpublishable_result_becomes_an_error_result_and_commits() -> None:
+    # A result whose details JSON cannot hold fails in the sink; its offset must still
+    # complete (as an error result), or the partition's commits would stop there for good.
+    worker, source, sink = build([raw(0), raw(1, "opaque"), raw(2)])
+    with structlog.testing.capture_logs() as logs:
+        async with started(worker) as task:
+            await until(lambda: source.committed.get(TP0) == 3)
+    assert await task == 0
+    by_event = {r.event_id: r for r in sink.results}
+    assert by_event["e1"].status == "error"
+    assert by_event["e1"].error == "internal error: PydanticSerializationError"
+    assert by_event["e0"].status == by_event["e2"].status == "ok"
+    assert [e["error_type"] for e in logs if e["event"] == "evaluation_crashed"] == [
+        "PydanticSerializationError"]
+
+
 def test_results_are_eval_results() -> None:
     assert EvalResult.model_fields["result_id"].is_required()
 

@@ -217,7 +217,7 @@ class Pipeline:
             bound.outcomes["skipped"](1)
             return None
         except JudgeError as exc:
-            return self._error(event, planned, f"judge: {exc}")
+            return self.failed(event, planned, f"judge: {exc}")
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # an evaluator bug must not stop the worker
@@ -228,7 +228,7 @@ class Pipeline:
             else:
                 log.warning("evaluator_failed", route=bound.route, evaluator=bound.label,
                             error_type=type(exc).__name__)
-            return self._error(event, planned, f"{type(exc).__name__}: {exc}")
+            return self.failed(event, planned, f"{type(exc).__name__}: {exc}")
         finally:
             bound.seconds(time.perf_counter() - started)
         try:
@@ -236,7 +236,7 @@ class Pipeline:
         except ValidationError as exc:
             # e.g. a score outside 0..1: report it as the evaluator's error, not a crash.
             fields = ", ".join(".".join(map(str, e["loc"])) for e in exc.errors())
-            return self._error(event, planned, f"invalid score fields: {fields}")
+            return self.failed(event, planned, f"invalid score fields: {fields}")
         self._record(planned, result)
         return result
 
@@ -294,7 +294,8 @@ class Pipeline:
         fields["judge"] = score.judge
         return EvalResult.model_validate(fields)
 
-    def _error(self, event: TraceEvent, planned: Planned, error: str) -> EvalResult:
+    def failed(self, event: TraceEvent, planned: Planned, error: str) -> EvalResult:
+        """The error result of ``planned`` on ``event`` (counted as an ``error`` outcome)."""
         bound = planned.bound
         bound.outcomes["error"](1)
         bound.weighted["error"](1.0 / planned.sample_rate)

@@ -364,6 +364,17 @@ class Worker:
         except SinkError as exc:
             self._fail(exc)
             return
+        except Exception as exc:
+            # A bug past the pipeline's own guards (e.g. a plugin's ``details`` that JSON
+            # cannot hold). Publishing the error instead keeps the offset from being held
+            # forever, which would freeze the partition's commits without a sign.
+            log.error("evaluation_crashed", error_type=type(exc).__name__)
+            try:
+                await self.outputs.result(self.pipeline.failed(
+                    event, planned, f"internal error: {type(exc).__name__}"))
+            except Exception as again:
+                self._fail(again)
+                return
         finally:
             self._release()
         self.tracker.done(state, offset)
@@ -386,7 +397,7 @@ class Worker:
                                    reason: str, error: str) -> None:
         try:
             await self.outputs.dead_letter(record, reason, error)
-        except SinkError as exc:
+        except Exception as exc:  # SinkError, or a bug: stop rather than hold the offset
             self._fail(exc)
             return
         finally:

@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass
 
 from evalstream.errors import SinkError
-from evalstream.events import Alert, EvalResult, Record
+from evalstream.events import Alert, EvalResult, Record, dump_json
 
 __all__ = ["DeadLetter", "MemorySink"]
 
@@ -47,7 +47,9 @@ class MemorySink:
         self.started = True
 
     async def publish_result(self, result: EvalResult) -> None:
-        """Keep ``result``."""
+        """Keep ``result``, once its JSON is built as the Kafka sink builds it (so a result
+        that could not be published fails here too)."""
+        dump_json(result)
         await self._ack()
         self.results.append(result)
 
