@@ -152,21 +152,26 @@ async def test_missing_logprobs_falls_back_to_strict_json_in_auto_mode() -> None
         await judge.aclose()
     assert first.probabilities == {"yes": 0.0, "no": 1.0}
     assert second.p("no") == 1.0
-    # 1st: logprobs asked, none came; 2nd: JSON; then JSON only (no more logprob attempts).
+    # Each question: logprobs asked, none came, then its JSON request. (Only a run of such
+    # responses switches logprobs off: test_judge_endpoint_faults.)
     asked = [bool(r.body.get("logprobs")) for r in server.posts]
-    assert asked == [True, False, False]
+    assert asked == [True, False, True, False]
     assert server.posts[1].body["max_tokens"] == 16
     assert '{"output": ANSWER}' in server.posts[1].body["messages"][0]["content"]
 
 
-async def test_logprobs_rejected_with_400_switches_to_json_in_auto_mode() -> None:
+async def test_a_400_not_about_logprobs_keeps_logprobs_in_auto_mode() -> None:
+    # "bad model parameter" says nothing about logprobs: that request fails, the next one
+    # still asks for logprobs. (A 400 naming logprobs switches: test_judge_endpoint_faults.)
     async with llm_server() as server:
         server.fail_next("400")
         judge = make_judge(server)
-        answer = await judge.judge(question())
+        with pytest.raises(JudgeError, match="HTTP 400"):
+            await judge.judge(question())
+        answer = await judge.judge(question("other"))
         await judge.aclose()
-    assert answer.p("yes") == 1.0  # the server's JSON answer '{"output": "yes"}'
-    assert [bool(r.body.get("logprobs")) for r in server.posts] == [True, False]
+    assert answer.p("yes") == pytest.approx(0.8 / 0.95)
+    assert [bool(r.body.get("logprobs")) for r in server.posts] == [True, True]
 
 
 async def test_missing_logprobs_is_an_error_when_required() -> None:

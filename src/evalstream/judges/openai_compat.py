@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 import ssl
 import time
 from collections.abc import Mapping
@@ -59,6 +60,15 @@ __all__ = ["OpenAIJudge"]
 _log = get_logger("evalstream.judges.openai")
 _SHARD = 8
 _PATHS = {"chat": "chat/completions", "completions": "completions", "llamacpp": "completion"}
+# In auto mode, logprobs are switched off after this many consecutive responses without
+# them: one such response can be that request's fate (an output content filter answers
+# "logprobs": null), while a backend without logprobs support shows it on every request,
+# so a short run is a reliable signal that costs at most two extra fallbacks.
+_MISSING_LOGPROBS_TO_DISABLE = 3
+# A 400 whose error names one of these parameters rejects logprobs as such (the backend
+# does not support them); any other 400 is about that one request (content filter, prompt
+# too long) and says nothing about logprobs.
+_LOGPROB_PARAMS = re.compile(r"logprob|n_probs", re.IGNORECASE)
 _NON_RETRYABLE_HINT = {
     400: "the request was rejected (bad parameters or model)",
     401: "authentication failed: check the API key",
@@ -92,11 +102,41 @@ class _Answer:
     value: Any = None
 
 
+class _LogprobsRejectedError(JudgeError):
+    """An HTTP 400 whose error body points at the logprobs parameters."""
+
+
 def _count(value: Any) -> int:
     """A token count from a response (0 when absent or not a number)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0
     return max(0, int(value))
+
+
+def _error_fields(response: httpx.Response) -> dict[str, Any]:
+    """The OpenAI-style ``error`` object of an error response ({} when there is none)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    error = body.get("error") if isinstance(body, Mapping) else None
+    if isinstance(error, Mapping):
+        return dict(error)
+    return {"message": error} if isinstance(error, str) else {}
+
+
+def _names_logprobs(response: httpx.Response) -> bool:
+    """Whether an error response points at the logprobs parameters (param, code, message).
+
+    A body that is not an OpenAI-style error (a plain-text 400 from a small server) is
+    searched as text.
+    """
+    fields = _error_fields(response)
+    if fields:
+        texts = [v for k in ("param", "code", "message") if isinstance(v := fields.get(k), str)]
+    else:
+        texts = [response.text[:1000]]
+    return any(_LOGPROB_PARAMS.search(text) for text in texts)
 
 
 def _request_key(*parts: Any) -> str:
@@ -159,6 +199,8 @@ class OpenAIJudge(Judge):
                                        on_change=lambda s: state_gauge.set(int(s)))
         self._cache: TTLCache[_Answer] = TTLCache(config.cache_size, config.cache_ttl_s)
         self._use_logprobs = config.logprobs != "never"
+        # Consecutive logprob responses that came without logprobs (auto mode).
+        self._missing_logprobs = 0
         self._in_flight = metrics.judge_in_flight.labels(name)
         self._in_flight.set(0)
 
@@ -239,27 +281,36 @@ class OpenAIJudge(Judge):
             try:
                 body = await self._send(self._payload(messages, max_tokens=1, logprobs=True),
                                         usage)
-            except JudgeError as exc:
-                # Some endpoints reject the logprobs parameters outright (HTTP 400); in auto
-                # mode that means "no logprobs here", not a broken judge.
-                if exc.status != 400 or self.config.logprobs != "auto":
+            except _LogprobsRejectedError as exc:
+                # The endpoint rejects the logprobs parameters themselves (its 400 names
+                # them): in auto mode that means "no logprobs here", not a broken judge.
+                if self.config.logprobs != "auto":
                     raise
                 self._use_logprobs = False
                 _log.warning("judge_logprobs_rejected", judge=self.name, status=exc.status)
                 return await self._judge_json(request, usage)
             try:
                 dist = first_token_distribution(body)
-                return _Answer(option_probabilities(dist, request.options), usage)
+                answer = _Answer(option_probabilities(dist, request.options), usage)
             except MissingLogprobsError as exc:
                 if self.config.logprobs == "always":
                     raise JudgeError(f"judge {self.name!r} returned no logprobs ({exc}); set "
                                      f"logprobs: auto or never for this backend") from None
-                # auto: this backend does not do logprobs; stop asking for them.
-                self._use_logprobs = False
-                _log.warning("judge_logprobs_unavailable", judge=self.name, detail=str(exc))
+                # auto: one response without logprobs may be that request's own fate (an
+                # output content filter answers with "logprobs": null); only a run of them
+                # says the backend does not do logprobs.
+                self._missing_logprobs += 1
+                if self._missing_logprobs >= _MISSING_LOGPROBS_TO_DISABLE:
+                    self._use_logprobs = False
+                    _log.warning("judge_logprobs_unavailable", judge=self.name,
+                                 detail=str(exc), responses=self._missing_logprobs)
             except OptionsNotFoundError as exc:
+                self._missing_logprobs = 0  # logprobs came, just not our options
                 if self.config.on_missing_options != "json":
                     raise JudgeError(f"judge {self.name!r}: {exc}") from None
+            else:
+                self._missing_logprobs = 0
+                return answer
         return await self._judge_json(request, usage)
 
     async def _judge_json(self, request: JudgeRequest, usage: _Usage) -> _Answer:
@@ -355,8 +406,10 @@ class OpenAIJudge(Judge):
                 final = f"{error} (after {attempt} attempt{'s' if attempt > 1 else ''})"
                 _log.error("judge_request_failed", judge=self.name, status=error.status,
                            attempts=attempt, retryable=error.retryable)
-                raise JudgeError(self._redact(final), retryable=error.retryable,
-                                 status=error.status, retry_after=error.retry_after)
+                # Same class as the attempt's error: _judge tells a rejection of the
+                # logprobs parameters from any other 400 by it.
+                raise type(error)(self._redact(final), retryable=error.retryable,
+                                  status=error.status, retry_after=error.retry_after)
             outcome = "rate_limited" if error.status == 429 else "retry"
             self._metrics.judge_requests.labels(self.name, outcome).inc()
             delay = backoff_delay(attempt, self.config.backoff_base_s, self.config.backoff_max_s,
@@ -409,21 +462,13 @@ class OpenAIJudge(Judge):
                                     f"{detail}", retryable=True, status=status,
                                     retry_after=retry_after)
         hint = _NON_RETRYABLE_HINT.get(status, "client error")
-        return None, JudgeError(f"judge {self.name!r}: HTTP {status} from {self._host}: "
-                                f"{hint}{detail}", retryable=False, status=status)
+        kind = (_LogprobsRejectedError if status == 400 and _names_logprobs(response)
+                else JudgeError)
+        return None, kind(f"judge {self.name!r}: HTTP {status} from {self._host}: "
+                          f"{hint}{detail}", retryable=False, status=status)
 
     def _error_detail(self, response: httpx.Response) -> str:
-        try:
-            body = response.json()
-        except ValueError:
-            return ""
-        message = None
-        if isinstance(body, Mapping):
-            error = body.get("error")
-            if isinstance(error, Mapping):
-                message = error.get("message")
-            elif isinstance(error, str):
-                message = error
+        message = _error_fields(response).get("message")
         return f" ({self._redact(str(message))[:200]})" if message else ""
 
     def _account(self, body: Any, usage: _Usage) -> None:

@@ -1,0 +1,192 @@
+"""The OpenAI-compatible judge against endpoints that answer oddly (real local sockets).
+
+``ScriptedLLM`` is the shared fake server (tests/support/llm_server) with one more knob: a
+``script`` that may answer a request with any status, body bytes and headers (a content
+filter's 400, ``"logprobs": null``, NaN token counts, a corrupt gzip body), falling back to
+the normal provider answer when it returns None.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import structlog
+
+from evalstream.config import OpenAIJudgeConfig
+from evalstream.errors import JudgeError
+from evalstream.judges.base import JudgeRequest
+from evalstream.judges.openai_compat import OpenAIJudge
+from evalstream.metrics import Metrics
+from tests.support.llm_server import FakeLLM
+
+#: (status, body bytes, extra headers)
+Reply = tuple[int, bytes, dict[str, str]]
+
+
+@dataclass
+class ScriptedLLM(FakeLLM):
+    """A FakeLLM whose ``script`` may answer a request itself."""
+
+    script: Callable[[Any], Reply | None] | None = None
+
+    async def _respond(self, writer: asyncio.StreamWriter, path: str, body: Any,
+                       headers: dict[str, str]) -> bool:
+        reply = self.script(body) if self.script is not None else None
+        if reply is None:
+            return await super()._respond(writer, path, body, headers)
+        status, data, extra = reply
+        await self._send_raw(writer, status, data, "application/json", extra)
+        return True
+
+
+@contextlib.asynccontextmanager
+async def scripted(script: Callable[[Any], Reply | None], **kwargs: Any
+                   ) -> AsyncIterator[ScriptedLLM]:
+    server = ScriptedLLM(script=script, **kwargs)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _plain_logging() -> None:
+    structlog.reset_defaults()
+
+
+def make_judge(server: FakeLLM, metrics: Metrics | None = None, **overrides: Any) -> OpenAIJudge:
+    settings: dict[str, Any] = {
+        "base_url": server.url, "model": "judge-model", "api": "chat", "timeout_s": 2.0,
+        "backoff_base_s": 0.01, "backoff_max_s": 0.05, "max_retries": 3, "deadline_s": 10.0,
+        "cache_size": 0}
+    settings.update(overrides)
+    return OpenAIJudge("llm", OpenAIJudgeConfig(**settings), metrics or Metrics())
+
+
+def question(output: str = "I can't help with that.") -> JudgeRequest:
+    return JudgeRequest(task="refusal", instructions="Decide whether the answer refuses.",
+                        question="Does the answer refuse the request?",
+                        data=(("output", output),))
+
+
+def reply(status: int, payload: Any, **headers: str) -> Reply:
+    return status, json.dumps(payload).encode(), headers
+
+
+def sent_text(body: Any) -> str:
+    return str(body["messages"][-1]["content"])
+
+
+def asked_logprobs(server: FakeLLM) -> list[bool]:
+    return [bool(r.body.get("logprobs")) for r in server.posts]
+
+
+# --- logprobs: auto mode is switched off only by real capability signals ---------------
+
+
+async def test_an_unrelated_400_fails_that_request_and_keeps_logprobs() -> None:
+    filtered = {"error": {"code": "content_filter", "param": "prompt",
+                          "message": "The response was filtered due to the prompt triggering "
+                                     "Azure OpenAI's content management policy."}}
+
+    def script(body: Any) -> Reply | None:
+        return reply(400, filtered) if "BADWORDS" in sent_text(body) else None
+
+    async with scripted(script) as server:
+        judge = make_judge(server)
+        with pytest.raises(JudgeError, match="content management policy") as info:
+            await judge.judge(question("BADWORDS"))
+        after = await judge.judge(question("an ordinary answer"))
+        await judge.aclose()
+    assert info.value.status == 400
+    assert not info.value.retryable
+    assert after.p("yes") == pytest.approx(0.8 / 0.95)  # still read from logprobs
+    assert asked_logprobs(server) == [True, True]
+
+
+@pytest.mark.parametrize("error", [
+    {"error": {"message": "logprobs is not supported for this model",
+               "type": "invalid_request_error", "param": None}},
+    {"error": {"message": "Invalid parameter", "param": "top_logprobs"}},
+    {"error": "Unsupported parameter: 'logprobs'"},
+])
+async def test_a_400_naming_logprobs_switches_auto_mode_to_json(error: dict[str, Any]) -> None:
+    def script(body: Any) -> Reply | None:
+        return reply(400, error) if body.get("logprobs") else None
+
+    async with scripted(script) as server:
+        judge = make_judge(server)
+        first = await judge.judge(question())
+        second = await judge.judge(question("other"))
+        await judge.aclose()
+    assert first.p("yes") == 1.0  # the server's JSON answer '{"output": "yes"}'
+    assert second.p("yes") == 1.0
+    assert asked_logprobs(server) == [True, False, False]
+
+
+async def test_a_400_naming_logprobs_is_still_an_error_when_logprobs_are_required() -> None:
+    def script(body: Any) -> Reply | None:
+        return reply(400, {"error": {"message": "bad", "param": "logprobs"}})
+
+    async with scripted(script) as server:
+        judge = make_judge(server, logprobs="always")
+        with pytest.raises(JudgeError, match="HTTP 400") as info:
+            await judge.judge(question())
+        await judge.aclose()
+    assert info.value.status == 400
+    assert len(server.posts) == 1
+
+
+async def test_one_response_without_logprobs_falls_back_for_that_request_only() -> None:
+    filtered = {"choices": [{"index": 0, "finish_reason": "content_filter",
+                             "message": {"role": "assistant", "content": None},
+                             "logprobs": None}]}
+
+    def script(body: Any) -> Reply | None:
+        if "TOXIC" in sent_text(body) and body.get("logprobs"):
+            return reply(200, filtered)
+        return None
+
+    async with scripted(script, text='{"output": "no"}') as server:
+        judge = make_judge(server)
+        toxic = await judge.judge(question("TOXIC"))
+        after = await judge.judge(question("an ordinary answer"))
+        await judge.aclose()
+    assert toxic.probabilities == {"yes": 0.0, "no": 1.0}  # its JSON answer
+    assert after.p("yes") == pytest.approx(0.8 / 0.95)  # logprobs again
+    assert asked_logprobs(server) == [True, False, True]
+
+
+async def test_a_run_of_responses_without_logprobs_switches_auto_mode_off() -> None:
+    async with scripted(lambda body: None, always="nologprobs",
+                        text='{"output": "No"}') as server:
+        judge = make_judge(server)
+        answers = [await judge.judge(question(f"answer {i}")) for i in range(4)]
+        await judge.aclose()
+    assert all(a.probabilities == {"yes": 0.0, "no": 1.0} for a in answers)
+    # Three logprob requests without logprobs (each followed by its JSON request), then JSON.
+    assert asked_logprobs(server) == [True, False] * 3 + [False]
+
+
+async def test_a_response_with_logprobs_resets_the_run() -> None:
+    misses = iter([True, True, False, True, True, False])
+
+    def script(body: Any) -> Reply | None:
+        if body.get("logprobs") and next(misses):
+            return reply(200, {"choices": [{"message": {"content": "yes"}, "logprobs": None}]})
+        return None
+
+    async with scripted(script) as server:
+        judge = make_judge(server)
+        for i in range(6):
+            await judge.judge(question(f"answer {i}"))
+        await judge.aclose()
+    # Never three misses in a row: every question still asks for logprobs first.
+    assert asked_logprobs(server).count(True) == 6
