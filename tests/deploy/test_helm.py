@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import certifi
 import helm_python as helm
 import jsonschema
 import kubernetes_validate
@@ -125,7 +126,9 @@ def test_rendered_config_passes_check_config(
 ) -> None:
     docs: list[Manifest] = request.getfixturevalue(f"{which.replace('-', '_')}_docs")
     config = tmp_path / "config.yaml"
-    config.write_text(_rendered_config(docs), encoding="utf-8")
+    # The pod mounts the CA bundle; check-config loads ssl_cafile, so use a real one here.
+    text = _rendered_config(docs).replace("/etc/kafka-ca/ca.crt", certifi.where())
+    config.write_text(text, encoding="utf-8")
     # The pod gets these from secretKeyRefs; here they are placeholders of the same names.
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVALSTREAM_")}
     deployment = one(docs, "Deployment")

@@ -59,6 +59,18 @@ BAD = {
     "unknown judge": ("kafka:\n  bootstrap_servers: {bs}\nroutes:\n  - name: r1\n"
                       "    evaluators:\n      - {{evaluator: refusal, judge: gpt}}\n",
                       "judge 'gpt' is not defined"),
+    # Used to pass check-config and then crash `run` with exit 1 when the clients were built.
+    "missing password file": ("kafka:\n  bootstrap_servers: {bs}\n"
+                              "  security_protocol: SASL_PLAINTEXT\n  sasl_mechanism: PLAIN\n"
+                              "  sasl_username: u\n  sasl_password_file: /nonexistent/pw\n",
+                              "kafka.sasl_password_file"),
+    "missing ca file": ("kafka:\n  bootstrap_servers: {bs}\n  security_protocol: SSL\n"
+                        "  ssl_cafile: /nonexistent/ca.pem\n", "kafka.ssl_cafile"),
+    "sasl without username": ("kafka:\n  bootstrap_servers: {bs}\n"
+                              "  security_protocol: SASL_PLAINTEXT\n  sasl_mechanism: PLAIN\n",
+                              "sasl_username is required"),
+    "unknown kafka extra": ("kafka:\n  bootstrap_servers: {bs}\n  extra: {{bogus_option: 1}}\n",
+                            "kafka.extra"),
 }
 
 

@@ -243,6 +243,7 @@ def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
         cause = f": {exc.__cause__}" if exc.__cause__ is not None else ""
         raise ConfigError(f"invalid configuration in the environment: cannot parse "
                           f"{where}{cause}") from exc
+    settings.kafka.check_clients()
     return _resolve_secrets(settings)
 
 

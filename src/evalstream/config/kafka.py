@@ -2,12 +2,37 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-__all__ = ["InputTopic", "KafkaSettings", "TopicSettings"]
+from evalstream.errors import ConfigError
+
+__all__ = ["Client", "InputTopic", "KafkaSettings", "TopicSettings"]
+
+#: Which aiokafka client options are built for.
+Client = Literal["consumer", "producer"]
+
+#: Mechanisms authenticated with sasl_username + a password.
+_PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@functools.cache
+def _accepted(client: Client) -> frozenset[str]:
+    """Keyword arguments the aiokafka client's constructor takes (read from its signature).
+
+    Imported lazily: only configs with ``extra`` options pay for importing aiokafka here.
+    """
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    cls = AIOKafkaConsumer if client == "consumer" else AIOKafkaProducer
+    return frozenset(
+        name for name, p in inspect.signature(cls).parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name != "loop")
 
 
 class _Section(BaseModel):
@@ -40,19 +65,67 @@ class KafkaSettings(_Section):
     #: after a dozen and every further send waits for a drain, which caps throughput.
     producer_batch_bytes: int = Field(default=1_048_576, ge=1_024)
     producer_compression: Literal["gzip", "snappy", "lz4", "zstd"] | None = None
-    #: Extra keyword arguments for both AIOKafkaConsumer and AIOKafkaProducer.
+    #: Any other aiokafka keyword argument. Each goes only to the client(s) whose
+    #: constructor takes it (``isolation_level`` to the consumer, ``acks`` to the producer,
+    #: ``request_timeout_ms`` to both); a name neither takes is a config error.
     extra: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("sasl_password_file", "ssl_cafile", "ssl_certfile", "ssl_keyfile")
+    @classmethod
+    def _readable_file(cls, path: Path | None) -> Path | None:
+        # Checked at load so that check-config and run fail alike (exit 2), before connecting.
+        if path is not None:
+            if not path.is_file():
+                raise ValueError(f"{path} does not exist or is not a file")
+            if not os.access(path, os.R_OK):
+                raise ValueError(f"{path} is not readable")
+        return path
+
+    @field_validator("extra")
+    @classmethod
+    def _known_options(cls, extra: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(extra) - _accepted("consumer") - _accepted("producer"))
+        if unknown:
+            raise ValueError(f"not an option of AIOKafkaConsumer or AIOKafkaProducer: {unknown}")
+        return extra
 
     @model_validator(mode="after")
     def _sasl_needs_credentials(self) -> KafkaSettings:
-        if self.security_protocol.startswith("SASL") and self.sasl_mechanism is None:
+        if not self.security_protocol.startswith("SASL"):
+            return self
+        if self.sasl_mechanism is None:
             raise ValueError("sasl_mechanism is required when security_protocol is SASL_*")
+        if self.sasl_mechanism in _PASSWORD_MECHANISMS:
+            if not self.sasl_username:
+                raise ValueError(f"sasl_username is required for sasl_mechanism "
+                                 f"{self.sasl_mechanism} (or EVALSTREAM_KAFKA__SASL_USERNAME)")
+            if self.sasl_password is None and self.sasl_password_file is None:
+                raise ValueError(f"sasl_mechanism {self.sasl_mechanism} needs a password: set "
+                                 f"EVALSTREAM_KAFKA__SASL_PASSWORD or sasl_password_file")
+        elif "sasl_oauth_token_provider" not in self.extra:
+            raise ValueError("sasl_mechanism OAUTHBEARER needs extra.sasl_oauth_token_provider "
+                             "(an aiokafka AbstractTokenProvider, set from Python)")
         return self
 
-    def client_options(self) -> dict[str, Any]:
-        """Connection and security keyword arguments shared by aiokafka consumers/producers.
+    def check_clients(self) -> None:
+        """Build both clients' options as the worker will, so their errors surface at load.
 
-        ``extra`` is merged last so anything aiokafka accepts can be set from the config.
+        Raises:
+            ConfigError: a key, certificate or password file cannot be used.
+        """
+        self.client_options("consumer")
+        self.client_options("producer")
+
+    def client_options(self, client: Client | None = None) -> dict[str, Any]:
+        """Connection and security keyword arguments for an aiokafka consumer or producer.
+
+        ``extra`` is merged last so anything aiokafka accepts can be set from the config,
+        restricted to the options ``client``'s constructor takes. Without ``client`` only
+        the options both take are included (never a TypeError, but client-specific extras
+        are left out), so callers should say which client they build.
+
+        Raises:
+            ConfigError: the SASL password file or a TLS file cannot be read or loaded.
         """
         options: dict[str, Any] = {
             "bootstrap_servers": self.bootstrap_servers,
@@ -64,23 +137,49 @@ class KafkaSettings(_Section):
             options["sasl_plain_username"] = self.sasl_username
             options["sasl_plain_password"] = self.password()
         if self.security_protocol in ("SSL", "SASL_SSL"):
-            import ssl  # only TLS deployments need it
-
-            context = ssl.create_default_context(
-                cafile=str(self.ssl_cafile) if self.ssl_cafile else None)
-            if self.ssl_certfile is not None:
-                context.load_cert_chain(
-                    str(self.ssl_certfile), str(self.ssl_keyfile) if self.ssl_keyfile else None)
-            options["ssl_context"] = context
-        options.update(self.extra)
+            options["ssl_context"] = self._ssl_context()
+        if client is None:
+            accepted = _accepted("consumer") & _accepted("producer") if self.extra else frozenset()
+        else:
+            accepted = _accepted(client) if self.extra else frozenset()
+        options.update({k: v for k, v in self.extra.items() if k in accepted})
         return options
 
+    def _ssl_context(self) -> Any:
+        import ssl  # only TLS deployments need it
+
+        try:
+            context = ssl.create_default_context(
+                cafile=str(self.ssl_cafile) if self.ssl_cafile else None)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"kafka.ssl_cafile: cannot load {self.ssl_cafile}: {exc}") from exc
+        if self.ssl_certfile is not None:
+            try:
+                context.load_cert_chain(
+                    str(self.ssl_certfile), str(self.ssl_keyfile) if self.ssl_keyfile else None)
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError(f"kafka.ssl_certfile/ssl_keyfile: cannot load "
+                                  f"{self.ssl_certfile}: {exc}") from exc
+        return context
+
     def password(self) -> str | None:
-        """The SASL password, from the environment-provided value or the file."""
+        """The SASL password, from the environment-provided value or the file.
+
+        Raises:
+            ConfigError: the password file cannot be read or is empty.
+        """
         if self.sasl_password is not None:
             return self.sasl_password.get_secret_value()
         if self.sasl_password_file is not None:
-            return self.sasl_password_file.read_text(encoding="utf-8").strip()
+            path = self.sasl_password_file
+            try:
+                password = path.read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"kafka.sasl_password_file: cannot read {path}: "
+                                  f"{getattr(exc, 'strerror', None) or 'not UTF-8'}") from exc
+            if not password:
+                raise ConfigError(f"kafka.sasl_password_file: {path} is empty")
+            return password
         return None
 
 
