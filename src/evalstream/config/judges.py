@@ -4,10 +4,32 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-__all__ = ["BuiltinJudgeConfig", "CascadeJudgeConfig", "JudgeConfig", "OpenAIJudgeConfig"]
+__all__ = [
+    "BuiltinJudgeConfig",
+    "CascadeJudgeConfig",
+    "JudgeConfig",
+    "OpenAIJudgeConfig",
+    "redact_url",
+]
+
+#: What masked values print as (the same as a dumped ``SecretStr``).
+MASK = "**********"
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any ``user:password@`` replaced by the mask, for printing."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. an unbalanced IPv6 bracket: print nothing of it
+        return MASK
+    if "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{MASK}@{host}"))
 
 
 class _Section(BaseModel):
@@ -68,10 +90,10 @@ class OpenAIJudgeConfig(_Section):
             raise ValueError("give api_key_env or api_key_file, not both")
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https:// "
-                             f"(got {self.base_url!r})")
+                             f"(got {redact_url(self.base_url)!r})")
         secretish = {h.lower() for h in self.headers} & {"authorization", "api-key", "x-api-key"}
         if secretish:
-            # Plain header values are printed by check-config; keys belong in api_key_*.
+            # The key belongs in api_key_*: those are SecretStr from the environment or a file.
             raise ValueError(f"headers: put the key in api_key_env/api_key_file (with "
                              f"api_key_header), not in headers {sorted(secretish)}")
         if self.deadline_s < self.timeout_s:

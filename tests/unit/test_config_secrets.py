@@ -1,0 +1,65 @@
+"""Secrets: masked in check-config output and error messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from evalstream.cli import main
+from evalstream.config import load_settings, masked_dump
+from evalstream.errors import ConfigError
+
+SECRETS = ["APIM-SECRET", "GOOG-SECRET", "QUERY-SECRET", "s3cret", "hunter3"]
+
+GATEWAY = {"type": "openai", "model": "m",
+           "base_url": "https://user:s3cret@gw.example.com/openai/deployments/x",
+           "headers": {"Ocp-Apim-Subscription-Key": "APIM-SECRET",
+                       "x-goog-api-key": "GOOG-SECRET"},
+           "query": {"api-version": "2024-06-01", "key": "QUERY-SECRET"}}
+
+
+def test_masked_dump_hides_headers_query_url_credentials_and_secret_extras() -> None:
+    settings = load_settings(None, judges={"llm": GATEWAY},
+                             kafka={"extra": {"sasl_plain_password": "hunter3",
+                                              "request_timeout_ms": 9000}})
+    dump = masked_dump(settings)
+    text = repr(dump)
+    for secret in SECRETS:
+        assert secret not in text
+    judge = dump["judges"]["llm"]
+    assert judge["base_url"] == "https://**********@gw.example.com/openai/deployments/x"
+    assert set(judge["headers"]) == {"Ocp-Apim-Subscription-Key", "x-goog-api-key"}
+    assert set(judge["query"]) == {"api-version", "key"}
+    assert dump["kafka"]["extra"] == {"sasl_plain_password": "**********",
+                                      "request_timeout_ms": 9000}
+    # The settings themselves keep the real values: only the dump is masked.
+    assert settings.judges["llm"].headers["x-goog-api-key"] == "GOOG-SECRET"  # type: ignore[union-attr]
+
+
+def test_url_without_credentials_is_printed_as_is() -> None:
+    settings = load_settings(None, judges={"llm": {"type": "openai", "model": "m",
+                                                   "base_url": "http://llama:8080/v1"}})
+    assert masked_dump(settings)["judges"]["llm"]["base_url"] == "http://llama:8080/v1"
+
+
+def test_check_config_output_holds_no_secret(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"judges": {"llm": GATEWAY},
+                                    "kafka": {"extra": {"sasl_plain_password": "hunter3"}}}),
+                    encoding="utf-8")
+    assert main(["check-config", str(path)]) == 0
+    captured = capsys.readouterr()
+    for secret in SECRETS:
+        assert secret not in captured.out + captured.err
+    assert yaml.safe_load(captured.out)["judges"]["llm"]["query"]["key"] == "**********"
+
+
+def test_bad_base_url_error_does_not_echo_credentials() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, judges={"llm": {"type": "openai", "model": "m",
+                                            "base_url": "ftp://user:s3cret@host/x"}})
+    assert "s3cret" not in str(info.value)
+    assert "ftp://**********@host/x" in str(info.value)
