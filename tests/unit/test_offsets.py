@@ -96,3 +96,19 @@ def test_work_from_before_a_reassignment_cannot_complete_the_new_state() -> None
     t.done(new, 10)
     t.done(new, 10)
     assert t.committable() == {TP: 11}
+
+
+def test_abandoned_work_is_not_waited_for_and_never_committed_past() -> None:
+    t = OffsetTracker()
+    t.assign([TP])
+    state = t.track(TP, 0, 1)
+    assert state is not None
+    t.track(TP, 1, 3)  # three evaluations; one started, two will never start
+    t.abandon(state, 1, 2)
+    assert t.pending([TP]) == 2  # offset 0's one, offset 1's started one
+    t.done(state, 0)
+    t.done(state, 1)
+    assert t.pending([TP]) == 0
+    assert t.committable() == {TP: 1}  # offset 1 is redelivered, never skipped
+    t.track(TP, 2, 0)
+    assert t.committable() == {TP: 1}

@@ -117,6 +117,23 @@ async def test_revoke_finishes_in_flight_work_then_commits() -> None:
         assert not worker.tracker.is_assigned(TP0)
 
 
+async def test_revoke_does_not_wait_for_work_that_never_started() -> None:
+    # One slot: offset 0 runs while offset 1 is tracked and waits for the slot. After the
+    # revoke, offset 1's evaluation is abandoned, not started; the revoke must return once
+    # offset 0 is done instead of waiting out shutdown_timeout_s for offset 1.
+    records = [raw(0, "sleep:0.3"), raw(1)]
+    worker, source, sink = build(records, worker={"max_in_flight": 1, "shutdown_timeout_s": 30,
+                                                  "commit_interval_s": 0.05})
+    async with started(worker):
+        await until(lambda: worker.in_flight == 1 and worker.tracker.pending() == 2)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await source.revoke([TP0])
+        assert loop.time() - began < 10  # was the full 15 s (session timeout / 2)
+        assert source.committed[TP0] == 1  # offset 1 was not evaluated: not committed
+        assert [r.event_id for r in sink.results] == ["e0"]
+
+
 async def test_output_failure_stops_the_worker_without_committing() -> None:
     worker, source, _ = build([raw(0), raw(1)], sink=MemorySink(fail=True))
     ready = asyncio.Event()

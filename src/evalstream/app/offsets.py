@@ -26,7 +26,7 @@ class PartitionState:
     state: ``done`` ignores states that are no longer current.
     """
 
-    __slots__ = ("committed", "end", "order", "remaining", "tp")
+    __slots__ = ("committed", "end", "hold", "order", "remaining", "tp")
 
     def __init__(self, tp: TP) -> None:
         self.tp = tp
@@ -34,9 +34,14 @@ class PartitionState:
         self.remaining: dict[int, int] = {}
         self.end: int | None = None
         self.committed: int | None = None
+        #: The lowest offset with abandoned work: commits never pass it.
+        self.hold: int | None = None
 
     def position(self) -> int | None:
-        return self.order[0] if self.order else self.end
+        position = self.order[0] if self.order else self.end
+        if self.hold is not None and (position is None or position > self.hold):
+            return self.hold
+        return position
 
 
 class OffsetTracker:
@@ -105,6 +110,20 @@ class OffsetTracker:
         order, remaining = part.order, part.remaining
         while order and remaining[order[0]] <= 0:
             del remaining[order.popleft()]
+
+    def abandon(self, part: PartitionState, offset: int, pieces: int) -> None:
+        """``pieces`` of ``offset``'s work will never start (its partition is being revoked).
+
+        They stop counting as outstanding, so waiting for the partition's work to finish
+        does not wait for them, and the partition is never committed past ``offset``: the
+        message is redelivered to the partition's next owner.
+        """
+        if self._parts.get(part.tp) is not part or offset not in part.remaining:
+            return
+        part.remaining[offset] -= pieces
+        self._outstanding -= pieces
+        if part.hold is None or offset < part.hold:
+            part.hold = offset
 
     def pending(self, tps: Iterable[TP] | None = None) -> int:
         """Outstanding work in ``tps`` (all partitions when None)."""

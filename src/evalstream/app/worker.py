@@ -324,12 +324,15 @@ class Worker:
         if state is None:
             return
         generation = self._generation
-        for event, planned in work:
+        for started, (event, planned) in enumerate(work):
             await self._acquire()
             if generation != self._generation:
                 # Rebalanced while waiting for a slot: the partition's new owner (maybe us,
-                # with fresh state) redoes this message; its remaining work is abandoned.
+                # with fresh state) redoes this message; its remaining work is abandoned,
+                # so the revoke waits only for what did start.
                 self._release()
+                self.tracker.abandon(state, record.offset, len(work) - started)
+                self.committer.progressed()
                 return
             task = asyncio.create_task(
                 self._evaluate(state, record.offset, event, planned))
