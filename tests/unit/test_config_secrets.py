@@ -45,11 +45,11 @@ def test_url_without_credentials_is_printed_as_is() -> None:
 
 
 def test_check_config_output_holds_no_secret(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump({"judges": {"llm": GATEWAY},
-                                    "kafka": {"extra": {"sasl_plain_password": "hunter3"}}}),
-                    encoding="utf-8")
+    path.write_text(yaml.safe_dump({"judges": {"llm": GATEWAY}}), encoding="utf-8")
+    monkeypatch.setenv("EVALSTREAM_KAFKA__EXTRA", '{"sasl_plain_password": "hunter3"}')
     assert main(["check-config", str(path)]) == 0
     captured = capsys.readouterr()
     for secret in SECRETS:
@@ -63,3 +63,41 @@ def test_bad_base_url_error_does_not_echo_credentials() -> None:
                                             "base_url": "ftp://user:s3cret@host/x"}})
     assert "s3cret" not in str(info.value)
     assert "ftp://**********@host/x" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("section", "needle"),
+    [
+        ({"kafka": {"sasl_password": "hunter2"}}, "kafka.sasl_password: set EVALSTREAM_KAFKA__"),
+        ({"kafka": {"extra": {"sasl_plain_password": "hunter2"}}},
+         "kafka.extra.sasl_plain_password"),
+        ({"judges": {"g": {"type": "openai", "base_url": "http://x", "model": "m",
+                           "api_key": "hunter2"}}}, "judges.g.api_key: set judges.g.api_key_env"),
+    ],
+)
+def test_inline_secrets_in_the_file_are_refused(
+        section: dict[str, object], needle: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(section), encoding="utf-8")
+    with pytest.raises(ConfigError, match="must not be written in the config file") as info:
+        load_settings(path)
+    assert needle in str(info.value)
+    assert "hunter2" not in str(info.value)
+    assert main(["check-config", str(path)]) == 2
+    assert main(["run", "--config", str(path)]) == 2
+    assert "hunter2" not in capsys.readouterr().err
+
+
+def test_the_same_secrets_from_the_environment_are_accepted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("judges:\n  g: {type: openai, base_url: 'http://x', model: m}\n",
+                    encoding="utf-8")
+    monkeypatch.setenv("EVALSTREAM_KAFKA__SASL_PASSWORD", "pw-from-env")
+    monkeypatch.setenv("EVALSTREAM_JUDGES__G__API_KEY", "key-from-env")
+    settings = load_settings(path)
+    assert settings.kafka.password() == "pw-from-env"
+    key = settings.judges["g"].api_key  # type: ignore[union-attr]
+    assert key is not None
+    assert key.get_secret_value() == "key-from-env"

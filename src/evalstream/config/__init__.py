@@ -197,6 +197,33 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def _refuse_inline_secrets(data: dict[str, Any], path: Path | str) -> None:
+    """Secrets come from the environment or files only: a config file is not a secret store.
+
+    Checked on the file's own data, before the environment is merged, so the same fields
+    set through EVALSTREAM_ variables stay accepted.
+    """
+    found: list[str] = []
+    kafka = data.get("kafka")
+    if isinstance(kafka, dict):
+        if kafka.get("sasl_password") is not None:
+            found.append("kafka.sasl_password: set EVALSTREAM_KAFKA__SASL_PASSWORD or "
+                         "kafka.sasl_password_file instead")
+        extra = kafka.get("extra")
+        if isinstance(extra, dict) and extra.get("sasl_plain_password") is not None:
+            found.append("kafka.extra.sasl_plain_password: set "
+                         "EVALSTREAM_KAFKA__SASL_PASSWORD or kafka.sasl_password_file instead")
+    judges = data.get("judges")
+    if isinstance(judges, dict):
+        for name, judge in judges.items():
+            if isinstance(judge, dict) and judge.get("api_key") is not None:
+                found.append(f"judges.{name}.api_key: set judges.{name}.api_key_env (the name "
+                             f"of an environment variable) or api_key_file instead")
+    if found:
+        raise ConfigError(f"secrets must not be written in the config file {path} (it ends up "
+                          f"in ConfigMaps, repositories and logs):\n  " + "\n  ".join(found))
+
+
 def _env_names(field: str) -> list[str]:
     """The EVALSTREAM_ variables that feed ``field`` (names are case-insensitive)."""
     prefix = f"EVALSTREAM_{field.upper()}"
@@ -229,7 +256,10 @@ def _resolve_secrets(settings: Settings) -> Settings:
 
 def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
     """Read and validate the configuration; raise ``ConfigError`` naming every bad field."""
-    data: dict[str, Any] = _read_yaml(Path(path)) if path is not None else {}
+    data: dict[str, Any] = {}
+    if path is not None:
+        data = _read_yaml(Path(path))
+        _refuse_inline_secrets(data, path)
     data.update(overrides)
     source = str(path) if path is not None else "defaults"
     try:

@@ -54,7 +54,8 @@ class OpenAIJudgeConfig(_Section):
     #: The key comes from the environment or a file, never from the YAML itself.
     api_key_env: str | None = None
     api_key_file: Path | None = None
-    #: Filled from api_key_env / api_key_file at load time; never printed.
+    #: Filled from api_key_env / api_key_file at load time, or set with
+    #: EVALSTREAM_JUDGES__NAME__API_KEY; refused in the YAML file; never printed.
     api_key: SecretStr | None = None
     #: Header used for the key: "Authorization" sends "Bearer KEY"; Azure uses "api-key".
     api_key_header: str = "Authorization"

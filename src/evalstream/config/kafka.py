@@ -49,7 +49,8 @@ class KafkaSettings(_Section):
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
     sasl_username: str | None = None
-    #: Prefer EVALSTREAM_KAFKA__SASL_PASSWORD or ``sasl_password_file``; never in the YAML.
+    #: From EVALSTREAM_KAFKA__SASL_PASSWORD (or use ``sasl_password_file``); refused in the
+    #: YAML file.
     sasl_password: SecretStr | None = None
     sasl_password_file: Path | None = None
     ssl_cafile: Path | None = None
