@@ -14,7 +14,8 @@ A chat span becomes one :class:`~evalstream.events.TraceEvent`:
   ``input`` = last user message, ``messages`` = the non-system input turns, ``output`` =
   the first choice's text, ``system_prompt`` = system instructions / system messages;
 * ``context`` = documents on the span, else those of retrieval spans of the same trace in
-  the same message that ended before it;
+  the same message that ended before it (in end-time order), at most
+  :data:`MAX_CONTEXT_DOCUMENTS` documents and :data:`MAX_CONTEXT_CHARS` characters;
 * ``session_id`` from the configured attribute, ``gen_ai.conversation.id`` or
   ``session.id`` (span, then resource); ``app`` from the configured attribute or the
   resource's ``service.name``;
@@ -25,16 +26,24 @@ A chat span becomes one :class:`~evalstream.events.TraceEvent`:
 
 Spans that are not evaluated are counted in ``Decoded.skipped``: ``not_genai`` (no GenAI
 marker at all), ``not_llm`` (tool, retrieval, agent, embedding... spans), ``no_content``
-(content capture off), ``bad_span`` (malformed ids or content); a message without any
-span counts once as ``empty_batch``. Only a message that is not OTLP at all raises
-``DecodeError`` (-> dead letter); that is the decoders' business, not this module's.
+(content capture off), ``bad_span`` (malformed ids or content), ``too_many_events`` (chat
+spans past :data:`MAX_EVENTS_PER_MESSAGE`), ``too_many_spans`` (spans past
+:data:`MAX_SPANS_PER_MESSAGE`, not looked at); a message without any span counts once as
+``empty_batch``. Only a message that is not OTLP at all raises ``DecodeError`` (-> dead
+letter); that is the decoders' business, not this module's.
+
+Work and memory per message are linear in its size: inherited context is bounded per event
+(its strings are shared between events, never copied), resource-level values are resolved
+once per resource, and the two caps bound what one message can cost whatever
+``worker.max_message_bytes`` is.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -54,8 +63,27 @@ from evalstream.formats.genai_messages import (
     retrieval_documents,
 )
 
-__all__ = ["Attrs", "BadSpanError", "BatchBuilder", "Options", "Resource", "SpanView",
-           "record_decoder"]
+__all__ = ["MAX_CONTEXT_CHARS", "MAX_CONTEXT_DOCUMENTS", "MAX_EVENTS_PER_MESSAGE",
+           "MAX_SPANS_PER_MESSAGE", "Attrs", "BadSpanError", "BatchBuilder", "Options",
+           "Resource", "SpanView", "record_decoder"]
+
+#: Bounds on one event's ``context``. The evaluators that read it (RAG groundedness and
+#: relevancy, custom prompts) send at most ``max_chars`` (<= 200,000) of it, split between
+#: the documents, so more is never read. Without a bound, context inherited from a trace's
+#: retrieval spans is a documents x chat spans product: one retriever span with 10,000 tiny
+#: documents and 1,000 small chat spans (a 300 KB message) made 10 million references.
+MAX_CONTEXT_DOCUMENTS = 32
+MAX_CONTEXT_CHARS = 200_000
+#: Chat spans of one message turned into events; later ones are counted as
+#: ``too_many_events``. An event costs ~3 KB of Python objects even when its span is ~100
+#: bytes on the wire, so this bounds a message's memory whatever ``max_message_bytes`` is.
+#: Real batches (Collector ``send_batch_size`` 8192, mostly spans without content) stay
+#: far below it.
+MAX_EVENTS_PER_MESSAGE = 5_000
+#: Spans of one message looked at; the decoders count the rest as ``too_many_spans``
+#: without building anything for them. An empty span is 2 bytes of protobuf, so a 1 MB
+#: message could hold 500,000 of them, ~2.5 s of Python blocking the event loop.
+MAX_SPANS_PER_MESSAGE = 20_000
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -164,15 +192,22 @@ class Options:
 
 
 class Resource:
-    """What a resource contributes to each of its spans' events (resolved once)."""
+    """What a resource contributes to each of its spans' events (resolved once: a resource
+    value converted per event would cost its size times the number of events)."""
 
-    __slots__ = ("app", "attrs", "environment", "session_id")
+    __slots__ = ("app", "attrs", "environment", "mapped", "session_id")
 
     def __init__(self, attrs: Attrs, options: Options) -> None:
         self.attrs = attrs
         self.app = attrs.first_text((*options.app_keys, "service.name"))
         self.session_id = attrs.first_text(options.session_keys)
         self.environment = attrs.first_text(_ENVIRONMENT_KEYS)
+        #: The topic's ``attribute_map`` values found on the resource, by output name.
+        self.mapped: dict[str, str] = {}
+        for out_name, key in options.attribute_map:
+            value = attrs.first_text((key,))
+            if value is not None:
+                self.mapped[out_name] = value
 
 
 class SpanView(Attrs, ABC):
@@ -237,6 +272,57 @@ def _timestamp(ns: int) -> datetime:
     return _EPOCH + timedelta(microseconds=ns // 1000)
 
 
+def _bounded(docs: Iterable[str]) -> tuple[str, ...]:
+    """The first documents within :data:`MAX_CONTEXT_DOCUMENTS` / :data:`MAX_CONTEXT_CHARS`
+    (the one that crosses the character bound is cut to it). Stops reading at the bound."""
+    kept: list[str] = []
+    room = MAX_CONTEXT_CHARS
+    for doc in docs:
+        if len(kept) == MAX_CONTEXT_DOCUMENTS or room <= 0:
+            break
+        if len(doc) > room:
+            doc = doc[:room]
+        kept.append(doc)
+        room -= len(doc)
+    return tuple(kept)
+
+
+def _end(entry: tuple[int, str]) -> int:
+    return entry[0]
+
+
+class _TraceDocuments:
+    """The retrieval documents of one trace, handed to its chat spans as context.
+
+    Documents are put in end-time order once (stable: message order for spans that ended
+    together, rank order within a span), so the documents that ended before a chat span
+    are a prefix, found by bisection, and its context is the bounded head of that prefix.
+    Equal prefixes share one tuple. (Pydantic rebuilds a ``tuple[str, ...]`` field when it
+    validates a TraceEvent, so each event still holds its own tuple, but of at most
+    :data:`MAX_CONTEXT_DOCUMENTS` references to the same strings.)
+    """
+
+    __slots__ = ("_bounded", "_ends", "_prefixes")
+
+    def __init__(self, docs: list[tuple[int, str]]) -> None:
+        docs.sort(key=_end)
+        self._ends = [end for end, _ in docs]
+        self._bounded = _bounded(doc for _, doc in docs)
+        self._prefixes: dict[int, tuple[str, ...]] = {}
+
+    def before(self, end_ns: int) -> tuple[str, ...]:
+        """The bounded context of a chat span that ended at ``end_ns``."""
+        count = bisect_right(self._ends, end_ns)
+        bounded = self._bounded
+        if count >= len(bounded):
+            return bounded
+        # Shorter than the bound: all ``count`` documents, none of them cut.
+        found = self._prefixes.get(count)
+        if found is None:
+            found = self._prefixes[count] = bounded[:count]
+        return found
+
+
 @dataclass(slots=True)
 class _Pending:
     fields: dict[str, Any]
@@ -274,6 +360,9 @@ class BatchBuilder:
             if reason == "not_llm":
                 self._keep_documents(span)
             self.skipped[reason] += 1
+            return
+        if len(self._pending) >= MAX_EVENTS_PER_MESSAGE:
+            self.skipped["too_many_events"] += 1
             return
         content = _read_content(span)
         if content is None or not (content.turns or content.outputs):
@@ -318,7 +407,7 @@ class BatchBuilder:
             "messages": tuple(Message(role=r, content=t) for r, t in content.turns),
             "input": last_user,
             "output": content.outputs[0] if content.outputs else None,
-            "context": tuple(retrieval_documents(attrs.get)),
+            "context": _bounded(retrieval_documents(attrs.get)),
             "attributes": attributes,
             "timestamp": timestamp,
         }
@@ -350,8 +439,9 @@ class BatchBuilder:
         name = span.name()
         if name:
             out["span_name"] = name
+        mapped = resource.mapped
         for out_name, key in self._options.attribute_map:
-            value = attrs.first_text((key,)) or resource.attrs.first_text((key,))
+            value = attrs.first_text((key,)) or mapped.get(out_name)
             if value is not None:
                 out[out_name] = value
         return out
@@ -360,6 +450,16 @@ class BatchBuilder:
         """Count spans (or containers of spans) too malformed to look at."""
         self.spans += count
         self.skipped["bad_span"] += count
+
+    def room(self) -> int:
+        """How many more spans may be added before :data:`MAX_SPANS_PER_MESSAGE`."""
+        return max(0, MAX_SPANS_PER_MESSAGE - self.spans)
+
+    def add_excess(self, count: int) -> None:
+        """Count ``count`` spans past :data:`MAX_SPANS_PER_MESSAGE`, not looked at."""
+        if count > 0:
+            self.spans += count
+            self.skipped["too_many_spans"] += count
 
     def finish(self) -> Decoded:
         """The decoded events (retrieval context attached) and the skip counts.
@@ -370,11 +470,17 @@ class BatchBuilder:
         if self.spans == 0:
             self.skipped["empty_batch"] += 1
         events: list[TraceEvent] = []
+        traces: dict[str, _TraceDocuments] = {}
         for pending in self._pending:
             fields = pending.fields
-            docs = self._docs.get(pending.trace_id)
-            if docs and not fields["context"]:
-                fields["context"] = tuple(d for end, d in docs if end <= pending.end_ns)
+            if not fields["context"]:
+                trace = traces.get(pending.trace_id)
+                if trace is None:
+                    docs = self._docs.get(pending.trace_id)
+                    if docs:
+                        trace = traces[pending.trace_id] = _TraceDocuments(docs)
+                if trace is not None:
+                    fields["context"] = trace.before(pending.end_ns)
             try:
                 events.append(TraceEvent(**fields))
             except ValueError:  # pydantic's ValidationError; the fields are built typed

@@ -1,0 +1,125 @@
+"""What one OTLP message may cost to decode: bounded context, events and spans per message.
+
+Sizes and counts are asserted (tracemalloc peaks, tuple lengths, skip counts), never time.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from typing import Any
+
+import orjson
+import pytest
+
+from evalstream.config import InputTopic
+from evalstream.formats import genai, otlp_json
+from evalstream.formats.base import Decoded
+from evalstream.formats.genai import (
+    MAX_CONTEXT_CHARS,
+    MAX_CONTEXT_DOCUMENTS,
+    MAX_SPANS_PER_MESSAGE,
+    Options,
+)
+
+TRACE = "0" * 31 + "1"
+
+
+def kv(key: str, value: str) -> dict[str, Any]:
+    return {"key": key, "value": {"stringValue": value}}
+
+
+def retriever(span_id: int, docs: list[str], end: int = 1) -> dict[str, Any]:
+    return {"traceId": TRACE, "spanId": f"{span_id:016x}", "endTimeUnixNano": str(end),
+            "attributes": [kv("openinference.span.kind", "RETRIEVER"),
+                           kv("gen_ai.retrieval.documents", orjson.dumps(docs).decode())]}
+
+
+def chat(span_id: int, end: int = 5, extra: list[dict[str, Any]] | None = None
+         ) -> dict[str, Any]:
+    return {"traceId": TRACE, "spanId": f"{span_id:016x}", "endTimeUnixNano": str(end),
+            "attributes": [kv("gen_ai.operation.name", "chat"),
+                           kv("gen_ai.completion.0.content", "y"), *(extra or [])]}
+
+
+def message(*spans: dict[str, Any], resource: list[dict[str, Any]] | None = None) -> bytes:
+    return orjson.dumps({"resourceSpans": [{"resource": {"attributes": resource or []},
+                                            "scopeSpans": [{"spans": list(spans)}]}]})
+
+
+def decode_json(raw: bytes, **topic: Any) -> Decoded:
+    return otlp_json.decode(raw, Options.from_topic(InputTopic(topic="t", format="otlp_json",
+                                                               **topic)))
+
+
+def test_inherited_context_does_not_multiply_documents_by_chat_spans() -> None:
+    # The reviewer's shape: one retriever with many tiny documents, many small chat spans.
+    docs, chats = 5_000, 500
+    raw = message(retriever(1 << 60, ["x"] * docs), *(chat(i) for i in range(chats)))
+    tracemalloc.start()
+    try:
+        decoded = decode_json(raw)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(decoded.events) == chats
+    assert {len(e.context) for e in decoded.events} == {MAX_CONTEXT_DOCUMENTS}
+    # Unbounded, this was 500 x 5,000 references (> 20 MB); now it is a few times the input.
+    assert peak < 40 * len(raw), (peak, len(raw))
+
+
+def test_context_is_the_earlier_documents_in_end_order_bounded() -> None:
+    first = [f"a{i}" for i in range(MAX_CONTEXT_DOCUMENTS - 2)]
+    raw = message(
+        chat(1, end=10),  # before any retrieval ended: no context
+        retriever(2, ["late"], end=40),  # listed first but ended after the next one
+        retriever(3, first, end=20),
+        chat(4, end=30),
+        chat(5, end=50),
+        chat(6, end=50),
+    )
+    by_id = {e.span_id[-1]: e.context for e in decode_json(raw).events}
+    assert by_id["1"] == ()
+    assert by_id["4"] == tuple(first)
+    assert by_id["5"] == (*first, "late")
+    assert by_id["5"] == by_id["6"]
+
+
+def test_context_characters_are_bounded_and_the_crossing_document_is_cut() -> None:
+    big = "b" * MAX_CONTEXT_CHARS
+    raw = message(retriever(1, ["head", big, "dropped"]), chat(2))
+    (event,) = decode_json(raw).events
+    assert event.context == ("head", "b" * (MAX_CONTEXT_CHARS - 4))
+    assert sum(map(len, event.context)) == MAX_CONTEXT_CHARS
+
+
+def test_documents_on_the_chat_span_itself_are_bounded_too() -> None:
+    docs = [f"d{i}" for i in range(MAX_CONTEXT_DOCUMENTS * 3)]
+    own = kv("gen_ai.retrieval.documents", orjson.dumps(docs).decode())
+    (event,) = decode_json(message(chat(1, extra=[own]))).events
+    assert event.context == tuple(docs[:MAX_CONTEXT_DOCUMENTS])
+
+
+def test_resource_attribute_values_are_resolved_once_per_resource() -> None:
+    # A mapped resource attribute used to be converted (here: joined) again for every event.
+    tags = {"key": "team.tags",
+            "value": {"arrayValue": {"values": [{"stringValue": f"t{i}"} for i in range(200)]}}}
+    raw = message(*(chat(i) for i in range(20)), resource=[tags])
+    events = decode_json(raw, attribute_map={"tags": "team.tags"}).events
+    first = events[0].attributes["tags"]
+    assert first.startswith("t0,t1,")
+    assert all(e.attributes["tags"] is first for e in events)
+
+
+def test_chat_spans_past_the_event_cap_are_counted_not_lost(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(genai, "MAX_EVENTS_PER_MESSAGE", 7)
+    raw = message(*(chat(i) for i in range(10)), retriever(99, ["d"]))
+    decoded = decode_json(raw)
+    assert len(decoded.events) == 7
+    assert decoded.skipped == {"too_many_events": 3, "not_llm": 1}
+
+
+def test_the_event_cap_leaves_room_for_real_batches() -> None:
+    # A Collector batch (send_batch_size 8192) is mostly spans without content.
+    assert genai.MAX_EVENTS_PER_MESSAGE >= 1_000
+    assert MAX_SPANS_PER_MESSAGE >= 8_192
