@@ -13,6 +13,7 @@ import pytest
 import structlog
 from prometheus_client import CollectorRegistry
 
+from evalstream.app import worker as worker_module
 from evalstream.app.observers import PublishAlert, RecordingObserver
 from evalstream.app.worker import Worker
 from evalstream.events import Alert, EvalResult, RawRecord
@@ -132,6 +133,43 @@ async def test_revoke_does_not_wait_for_work_that_never_started() -> None:
         assert loop.time() - began < 10  # was the full 15 s (session timeout / 2)
         assert source.committed[TP0] == 1  # offset 1 was not evaluated: not committed
         assert [r.event_id for r in sink.results] == ["e0"]
+
+
+class _HangingSource(MemorySource):
+    """A broker that stopped answering: commits never return."""
+
+    hang = False
+
+    async def commit(self, offsets: Any) -> None:
+        if self.hang:
+            await asyncio.Event().wait()
+        await super().commit(offsets)
+
+
+class _HangingSink(MemorySink):
+    async def flush(self) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_shutdown_does_not_hang_on_a_broker_that_stopped_answering(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_module, "_CLOSE_STEP_S", 0.2)
+    source = _HangingSource([raw(0)])
+    source.hang = True
+    sink = MemorySink()
+    worker = Worker(settings(), registry=CollectorRegistry(), judges=JUDGES, source=source,
+                    sink=sink)
+    with structlog.testing.capture_logs() as logs:
+        async with started(worker) as task:
+            await until(lambda: len(sink.results) == 1)
+        assert await task == 0  # the result was durable; only the last commit timed out
+    assert source.committed == {}
+    assert "final_commit_timeout" in [e["event"] for e in logs]
+
+    worker, source, _ = build([raw(0)], sink=_HangingSink())
+    async with started(worker) as task:
+        await until(lambda: worker.tracker.pending() == 0 and len(source.commits) > 0)
+    assert await task == 1  # results not known to be flushed: not a clean exit
 
 
 async def test_output_failure_stops_the_worker_without_committing() -> None:

@@ -56,6 +56,10 @@ _LAG_INTERVAL_S = 1.0
 _UNASSIGNED_WARNING_S = 60.0
 _DEAD_LETTER_CONCURRENCY = 64
 _EXIT_FORCED = 130
+#: Each step after the drain (flush, final commit, closing a client) gets this long: with the
+#: broker unreachable aiokafka retries commits forever, and the chart's grace period leaves
+#: 15 s past the drain. What is cut short is uncommitted, so redelivered, never lost.
+_CLOSE_STEP_S = 5.0
 
 
 class Worker:
@@ -459,10 +463,13 @@ class Worker:
         # 3. Flush the producer, then commit what is durable.
         if self._fatal is None:
             try:
-                await self.sink.flush()
-            except Exception as exc:
+                await asyncio.wait_for(self.sink.flush(), _CLOSE_STEP_S)
+            except Exception as exc:  # TimeoutError included: results are not durable
                 self._fail(exc)
-        await self.committer.commit()
+        try:
+            await asyncio.wait_for(self.committer.commit(), _CLOSE_STEP_S)
+        except TimeoutError:
+            log.warning("final_commit_timeout", timeout_s=_CLOSE_STEP_S)
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
@@ -475,10 +482,10 @@ class Worker:
             task.cancel()
         for step in (self.source.stop, self.sink.stop, self.health.stop, self.pipeline.aclose):
             try:
-                await step()
+                await asyncio.wait_for(step(), _CLOSE_STEP_S)
             except Exception as exc:
                 log.warning("close_failed", step=getattr(step, "__qualname__", "?"),
-                            error=str(exc))
+                            error=str(exc) or type(exc).__name__)
         if self._own_judges:
             with contextlib.suppress(Exception):
                 await close_judges(self.judges)
