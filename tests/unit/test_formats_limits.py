@@ -10,9 +10,10 @@ from typing import Any
 
 import orjson
 import pytest
+from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from evalstream.config import InputTopic
-from evalstream.formats import genai, otlp_json
+from evalstream.formats import genai, otlp_json, otlp_proto
 from evalstream.formats.base import Decoded
 from evalstream.formats.genai import (
     MAX_CONTEXT_CHARS,
@@ -49,6 +50,11 @@ def message(*spans: dict[str, Any], resource: list[dict[str, Any]] | None = None
 def decode_json(raw: bytes, **topic: Any) -> Decoded:
     return otlp_json.decode(raw, Options.from_topic(InputTopic(topic="t", format="otlp_json",
                                                                **topic)))
+
+
+def decode_proto(raw: bytes) -> Decoded:
+    return otlp_proto.decode(raw, Options.from_topic(InputTopic(topic="t",
+                                                                format="otlp_proto")))
 
 
 def test_inherited_context_does_not_multiply_documents_by_chat_spans() -> None:
@@ -123,3 +129,52 @@ def test_the_event_cap_leaves_room_for_real_batches() -> None:
     # A Collector batch (send_batch_size 8192) is mostly spans without content.
     assert genai.MAX_EVENTS_PER_MESSAGE >= 1_000
     assert MAX_SPANS_PER_MESSAGE >= 8_192
+
+
+def test_protobuf_spans_past_the_span_cap_are_counted_without_being_built() -> None:
+    data = TracesData()
+    scope = data.resource_spans.add().scope_spans.add()
+    for _ in range(MAX_SPANS_PER_MESSAGE + 1_000):
+        scope.spans.add()
+    decoded = decode_proto(data.SerializeToString())
+    assert decoded.events == []
+    assert decoded.skipped == {"not_genai": MAX_SPANS_PER_MESSAGE, "too_many_spans": 1_000}
+
+
+def test_json_spans_past_the_span_cap_are_counted_without_being_built() -> None:
+    raw = orjson.dumps({"resourceSpans": [{"scopeSpans": [
+        {"spans": [{}] * (MAX_SPANS_PER_MESSAGE + 5)}]}]})
+    decoded = decode_json(raw)
+    assert decoded.skipped == {"not_genai": MAX_SPANS_PER_MESSAGE, "too_many_spans": 5}
+
+
+@pytest.mark.parametrize("fmt", ["otlp_json", "otlp_proto"])
+def test_the_span_cap_spans_resources_and_scopes_and_keeps_the_first_spans(
+        fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(genai, "MAX_SPANS_PER_MESSAGE", 4)
+    monkeypatch.setattr(otlp_json, "MAX_SPANS_PER_MESSAGE", 4)
+    # 3 resources x 2 scopes x 1 chat span: the first 4 are decoded, in message order.
+    doc = {"resourceSpans": [{"scopeSpans": [{"spans": [chat(r * 2 + s)]} for s in range(2)]}
+                             for r in range(3)]}
+    raw = orjson.dumps(doc)
+    if fmt == "otlp_proto":
+        from google.protobuf import json_format
+
+        proto = json_format.ParseDict(_proto_ids(doc), TracesData())
+        decoded = decode_proto(proto.SerializeToString())
+    else:
+        decoded = decode_json(raw)
+    assert [int(e.span_id, 16) for e in decoded.events] == [0, 1, 2, 3]
+    assert decoded.skipped == {"too_many_spans": 2}
+
+
+def _proto_ids(doc: Any) -> Any:
+    """The protobuf JSON mapping reads ids as base64: re-encode the hex ids."""
+    import base64
+
+    if isinstance(doc, dict):
+        return {k: (base64.b64encode(bytes.fromhex(v)).decode()
+                    if k in ("traceId", "spanId") else _proto_ids(v)) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_proto_ids(v) for v in doc]
+    return doc

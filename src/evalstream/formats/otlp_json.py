@@ -17,6 +17,7 @@ from evalstream.errors import DecodeError
 from evalstream.events import load_json
 from evalstream.formats.base import Decoded, Decoder
 from evalstream.formats.genai import (
+    MAX_SPANS_PER_MESSAGE,
     Attrs,
     BadSpanError,
     BatchBuilder,
@@ -160,6 +161,10 @@ def decode(value: bytes | str, options: Options,
             # The resource or its scopes are malformed: its spans cannot be attributed.
             builder.add_bad(_count_spans(rs))
             continue
+        if len(spans) > MAX_SPANS_PER_MESSAGE - builder.spans:
+            room = builder.room()
+            builder.add_excess(len(spans) - room)  # counted, not looked at
+            del spans[room:]
         for span in spans:
             try:
                 view = _JsonSpan(span)

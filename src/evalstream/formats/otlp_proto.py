@@ -108,9 +108,19 @@ def decode(value: bytes, options: Options, record_timestamp_ms: int | None = Non
     builder = BatchBuilder(options, record_timestamp_ms)
     add = builder.add
     for rs in resource_spans:
-        resource = Resource(_attrs(rs.resource.attributes), options)
+        resource: Resource | None = None  # built for resources that have spans to look at
         for ss in rs.scope_spans:
-            for span in ss.spans:
+            spans = ss.spans
+            room = builder.room()
+            if len(spans) > room:
+                # Past the cap nothing is built: the (cheap, C-side) count is all they cost.
+                builder.add_excess(len(spans) - room)
+                spans = spans[:room]
+            if not spans:
+                continue
+            if resource is None:
+                resource = Resource(_attrs(rs.resource.attributes), options)
+            for span in spans:
                 add(_ProtoSpan(span), resource)
     return builder.finish()
 
