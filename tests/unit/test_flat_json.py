@@ -92,6 +92,17 @@ def test_reason_codes(value: bytes | None, expected: str) -> None:
     assert reason(value) == expected
 
 
+def test_error_messages_name_fields_never_keys_from_the_message() -> None:
+    # Dead-letter errors are logged by default: a key taken from the message is content.
+    decoder = make_decoder(InputTopic(topic="traces"))
+    body = {"output": "a", "attributes": {SECRET: {"n": 1}},
+            "messages": [{"role": "user", "content": 5}]}
+    with pytest.raises(DecodeError) as info:
+        decoder(RawRecord("traces", 0, 0, dump_json(body)))
+    assert SECRET not in str(info.value)
+    assert "attributes.*: string_type" in str(info.value)
+
+
 def test_unknown_mapping_fields_are_config_errors() -> None:
     with pytest.raises(ConfigError, match="answer"):
         make_decoder(InputTopic(topic="t", mapping={"answer": "x"}))

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from evalstream.config import InputTopic
 from evalstream.errors import ConfigError, DecodeError
-from evalstream.events import Record, TraceEvent, load_json, stable_hash
+from evalstream.events import Message, Record, TraceEvent, load_json, stable_hash
 from evalstream.formats.base import Decoded
 
 __all__ = ["FIELDS", "SAMPLED_OUT", "FlatJsonDecoder", "make_decoder"]
@@ -103,12 +103,22 @@ def _last(messages: Any, role: str, *, final: bool) -> str | None:
     return None
 
 
+#: Names a validation error's location may show: the models' own field names.
+_FIELD_NAMES = frozenset(TraceEvent.model_fields) | frozenset(Message.model_fields)
+
+
 def _describe(exc: ValidationError) -> str:
     # Locations and error types only: pydantic's messages may quote the (private) input.
+    # A location can hold keys taken from the message (``attributes.<key>``), which are
+    # content too: anything but a field name or a list index is shown as ``*``.
     return "; ".join(
-        f"{'.'.join(str(p) for p in err['loc']) or 'event'}: {err['type']}"
+        f"{'.'.join(_location_part(p) for p in err['loc']) or 'event'}: {err['type']}"
         for err in exc.errors()
     )
+
+
+def _location_part(part: str | int) -> str:
+    return str(part) if type(part) is int or part in _FIELD_NAMES else "*"
 
 
 #: What ``decode`` returns for an event sampling leaves out. Shared (one allocation less per
