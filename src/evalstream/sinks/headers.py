@@ -5,7 +5,7 @@ from __future__ import annotations
 from evalstream.events import SCHEMA_VERSION, Record
 
 __all__ = ["DLQ_ERROR", "DLQ_OFFSET", "DLQ_PARTITION", "DLQ_REASON", "DLQ_TOPIC",
-           "dead_letter_headers", "result_headers"]
+           "DLQ_TRUNCATED", "dead_letter_headers", "result_headers"]
 
 DLQ_REASON = "reason"
 DLQ_ERROR = "error"
@@ -22,13 +22,21 @@ def result_headers(route: str, evaluator: str) -> list[tuple[str, bytes]]:
             ("schema_version", _SCHEMA)]
 
 
+DLQ_TRUNCATED = "truncated_size"
+#: Header names the dead-letter topic's readers trust; an original header by one of these
+#: names is dropped, so a message cannot pass off its own ``reason`` or ``source_offset``.
+_DLQ_NAMES = frozenset((DLQ_REASON, DLQ_ERROR, DLQ_TOPIC, DLQ_PARTITION, DLQ_OFFSET,
+                        DLQ_TRUNCATED))
+
+
 def dead_letter_headers(record: Record, reason: str, error: str) -> list[tuple[str, bytes]]:
-    """Headers naming why and where a dead letter came from; the original headers follow."""
+    """Headers naming why and where a dead letter came from; the original headers follow,
+    except any that use one of these names."""
     return [
         (DLQ_REASON, reason.encode()),
         (DLQ_ERROR, error.encode("utf-8", "replace")[:_MAX_ERROR_BYTES]),
         (DLQ_TOPIC, record.topic.encode()),
         (DLQ_PARTITION, str(record.partition).encode()),
         (DLQ_OFFSET, str(record.offset).encode()),
-        *record.headers,
+        *(h for h in record.headers if h[0] not in _DLQ_NAMES),
     ]

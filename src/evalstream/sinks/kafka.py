@@ -20,7 +20,7 @@ from evalstream.config import KafkaSettings, TopicSettings
 from evalstream.errors import SinkError
 from evalstream.events import Alert, EvalResult, Record, dump_json
 from evalstream.logging import get_logger
-from evalstream.sinks.headers import dead_letter_headers, result_headers
+from evalstream.sinks.headers import DLQ_TRUNCATED, dead_letter_headers, result_headers
 
 __all__ = ["KafkaSink"]
 
@@ -130,7 +130,7 @@ class KafkaSink:
                 await ack
             except MessageSizeTooLargeError:
                 log.warning("dead_letter_truncated", size=len(value))
-                headers.append(("truncated_size", str(len(value)).encode()))
+                headers.append((DLQ_TRUNCATED, str(len(value)).encode()))
                 ack = await producer.send(self._topics.dead_letter, value=b"", key=record.key,
                                           headers=headers)
                 await ack
