@@ -160,13 +160,71 @@ class Settings(BaseSettings):
         return self
 
 
+def _environment() -> dict[str, list[str]]:
+    """EVALSTREAM_ variable name -> its lowercased path (``EVALSTREAM_A__B`` -> [a, b])."""
+    return {name: name[len("EVALSTREAM_"):].lower().split("__") for name in os.environ
+            if name.upper().startswith("EVALSTREAM_")}
+
+
+def _is_subsequence(short: list[str], long: list[str]) -> bool:
+    it = iter(long)
+    return all(part in it for part in short)
+
+
+def _env_note(loc: list[str], env: dict[str, list[str]]) -> str:
+    """Which environment variable a problem at ``loc`` came from, when one did.
+
+    A variable's path must appear in order in ``loc`` (which may hold extra parts, such as
+    a judge's ``type`` tag); a variable below ``loc`` (``loc`` is a whole section whose
+    validator failed) is mentioned as also set.
+    """
+    if not loc:
+        return ""
+    sources = sorted((n for n, parts in env.items()
+                      if parts[0] == loc[0] and _is_subsequence(parts, loc)),
+                     key=lambda n: -len(env[n]))
+    if sources:
+        return f" (from environment variable {sources[0]})"
+    below = sorted(n for n, parts in env.items() if parts[:len(loc)] == loc)
+    if not below:
+        return ""
+    if loc[0] in ("routes", "inputs") and len(loc) == 1:
+        return (f" (from {', '.join(below)}: list entries cannot be overridden one at a "
+                f"time; set EVALSTREAM_{loc[0].upper()} to the whole list as JSON)")
+    return f" (the environment also sets {', '.join(below)})"
+
+
 def format_validation_error(exc: ValidationError, source: str) -> str:
-    """One line per problem, each naming the field path, e.g. ``routes.0.sample_rate``."""
-    lines = [f"invalid configuration in {source}:"]
+    """One line per problem, each naming the field path, e.g. ``routes.0.sample_rate``.
+
+    A problem caused by an EVALSTREAM_ variable names that variable.
+    """
+    env = _environment()
+    lines = []
+    from_env = False
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        lines.append(f"  {loc}: {err['msg']}")
-    return "\n".join(lines)
+        path = [str(p) for p in err["loc"]]
+        note = _env_note(path, env)
+        from_env = from_env or bool(note)
+        lines.append(f"  {'.'.join(path) or '(top level)'}: {err['msg']}{note}")
+    where = f"{source} and the environment" if from_env else source
+    return "\n".join([f"invalid configuration in {where}:", *lines])
+
+
+def _refuse_unknown_variables(settings: Settings) -> None:
+    """A misspelled EVALSTREAM_ section (EVALSTREAM_WORKR__...) would otherwise do nothing.
+
+    Names a judge reads its key from (``api_key_env``) may also start with EVALSTREAM_.
+    """
+    key_vars = {j.api_key_env.upper() for j in settings.judges.values()
+                if isinstance(j, OpenAIJudgeConfig) and j.api_key_env}
+    sections = set(Settings.model_fields)
+    unknown = sorted(name for name, parts in _environment().items()
+                     if parts[0] not in sections and name.upper() not in key_vars)
+    if unknown:
+        raise ConfigError(f"environment: {', '.join(unknown)} set no configuration section "
+                          f"(EVALSTREAM_SECTION__FIELD, sections: {', '.join(sorted(sections))}"
+                          f"); fix or unset {'them' if len(unknown) > 1 else 'it'}")
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -275,6 +333,7 @@ def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
         cause = f": {exc.__cause__}" if exc.__cause__ is not None else ""
         raise ConfigError(f"invalid configuration in the environment: cannot parse "
                           f"{where}{cause}") from exc
+    _refuse_unknown_variables(settings)
     settings.kafka.check_clients()
     return _resolve_secrets(settings)
 
