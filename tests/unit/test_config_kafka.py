@@ -79,3 +79,10 @@ async def test_consumer_only_extra_does_not_break_the_producer() -> None:
 def test_unknown_extra_option_is_rejected() -> None:
     with pytest.raises(ConfigError, match=r"kafka\.extra: .*\['bogus_option'\]"):
         load_settings(None, kafka={"extra": {"bogus_option": 1}})
+
+
+def test_the_kafka_source_passes_consumer_extras() -> None:
+    from evalstream.sources.kafka import KafkaSource
+
+    source = KafkaSource(KafkaSettings(extra={"isolation_level": "read_committed"}), ["t"])
+    assert source._options()["isolation_level"] == "read_committed"

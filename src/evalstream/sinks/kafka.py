@@ -82,7 +82,7 @@ class KafkaSink:
             "compression_type": s.producer_compression,
             "max_request_size": s.max_request_size,
         }
-        options.update(s.client_options())
+        options.update(s.client_options("producer"))
         producer = AIOKafkaProducer(**options)
         try:
             await producer.start()

@@ -71,7 +71,7 @@ class KafkaSource:
             "fetch_max_bytes": s.fetch_max_bytes,
             "max_partition_fetch_bytes": s.max_partition_fetch_bytes,
         }
-        options.update(s.client_options())
+        options.update(s.client_options("consumer"))
         return options
 
     async def start(self, handler: RebalanceHandler) -> None:
