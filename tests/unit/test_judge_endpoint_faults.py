@@ -19,9 +19,10 @@ import pytest
 import structlog
 
 from evalstream.config import OpenAIJudgeConfig
-from evalstream.errors import JudgeError
+from evalstream.errors import JudgeError, JudgeUnavailableError
 from evalstream.judges.base import JudgeRequest
 from evalstream.judges.openai_compat import OpenAIJudge
+from evalstream.judges.resilience import CircuitState
 from evalstream.metrics import Metrics
 from tests.support.llm_server import FakeLLM
 
@@ -190,3 +191,43 @@ async def test_a_response_with_logprobs_resets_the_run() -> None:
         await judge.aclose()
     # Never three misses in a row: every question still asks for logprobs first.
     assert asked_logprobs(server).count(True) == 6
+
+
+# --- circuit breaker: the half-open probe is always released -----------------------------
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = 2.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.005)
+
+
+async def test_a_probe_cancelled_while_recording_its_outcome_releases_the_breaker() -> None:
+    # The probe's answer arrives while another task holds the breaker's lock (in production:
+    # waiters re-taking it after notify_all or their own timeouts), so the probe's deadline
+    # cancels it inside record(). The probe must still be released, or the breaker stays
+    # half-open and every later request waits for it until its own deadline.
+    async with scripted(lambda body: None) as server:
+        judge = make_judge(server, max_retries=0, circuit_failures=1, circuit_reset_s=0.05,
+                           timeout_s=0.4, deadline_s=0.4)
+        server.fail_next("500")
+        with pytest.raises(JudgeError, match="HTTP 500"):
+            await judge.judge(question("outage"))
+        assert judge.circuit_state is CircuitState.OPEN
+        await asyncio.sleep(0.1)  # the reset period passes: the next request is the probe
+        server.delay_s = 0.1
+
+        async def hold_breaker_lock() -> None:
+            await wait_until(lambda: len(server.posts) == 2)  # the probe is at the server
+            async with judge._breaker._cond:  # private: the lock record() must take
+                await asyncio.sleep(0.6)  # past the probe's 0.4 s deadline
+
+        holder = asyncio.create_task(hold_breaker_lock())
+        with pytest.raises(JudgeUnavailableError, match="deadline"):
+            await judge.judge(question("probe"))
+        await holder
+        server.delay_s = 0.0
+        answer = await judge.judge(question("after the outage"))
+        await judge.aclose()
+    assert answer.p("yes") == pytest.approx(0.8 / 0.95)
+    assert judge.circuit_state is CircuitState.CLOSED

@@ -186,6 +186,22 @@ async def test_abandoned_probe_frees_the_slot() -> None:
     assert await asyncio.wait_for(breaker.acquire(), 1) is True
 
 
+async def test_abandon_frees_the_probe_even_when_cancelled_waiting_for_the_lock() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(failures=1, reset_s=1.0, clock=clock)
+    await breaker.record(False)
+    clock.now = 1.0
+    assert await breaker.acquire() is True
+    await breaker._cond.acquire()  # private: someone else holds the breaker's lock
+    abandoning = asyncio.create_task(breaker.abandon(probe=True))
+    await asyncio.sleep(0.01)
+    abandoning.cancel()  # e.g. shutdown cancels the request a second time
+    with pytest.raises(asyncio.CancelledError):
+        await abandoning
+    breaker._cond.release()
+    assert await asyncio.wait_for(breaker.acquire(), 1) is True
+
+
 # --- cache ---------------------------------------------------------------------------
 
 

@@ -381,6 +381,7 @@ class OpenAIJudge(Judge):
         attempt = 0
         while True:
             probe = await self._breaker.acquire()
+            recorded = False
             try:
                 if self._rps is not None:
                     await self._rps.take(1.0)
@@ -389,12 +390,17 @@ class OpenAIJudge(Judge):
                 attempt += 1
                 usage.requests += 1
                 body, error = await self._attempt(payload, usage)
-            except BaseException:
-                await self._breaker.abandon(probe=probe)
-                raise
-            server_ok = error is None or not (error.status is None or error.status >= 500
-                                              or error.status == 200)
-            await self._breaker.record(server_ok, probe=probe)
+                server_ok = error is None or not (error.status is None or error.status >= 500
+                                                  or error.status == 200)
+                # record() waits for the breaker's lock, so a deadline can cancel it too.
+                await self._breaker.record(server_ok, probe=probe)
+                recorded = True
+            finally:
+                if not recorded:
+                    # Ended without an outcome (cancelled, or an unexpected error): a
+                    # half-open probe that is never released keeps the breaker half-open,
+                    # and every later request waits for it until its deadline.
+                    await self._breaker.abandon(probe=probe)
             if error is None:
                 self._metrics.judge_requests.labels(self.name, "ok").inc()
                 if self._tpm is not None and usage.tokens_in + usage.tokens_out > estimate:

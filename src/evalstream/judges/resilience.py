@@ -135,8 +135,11 @@ class CircuitBreaker:
     async def abandon(self, *, probe: bool) -> None:
         """A request ended without an outcome (cancelled): free the probe slot."""
         if probe:
+            # Freed before waiting for the lock: no outcome will come, and a caller that is
+            # cancelled again while waiting must not keep the slot (the next acquire() that
+            # gets the lock takes the probe even if this notify never runs).
+            self._probing = False
             async with self._cond:
-                self._probing = False
                 self._cond.notify_all()
 
 
