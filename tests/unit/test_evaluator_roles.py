@@ -6,13 +6,18 @@ import asyncio
 from typing import Any
 
 import pytest
+import structlog
 
-from evalstream.config import EvaluatorSpec
-from evalstream.errors import EvaluatorError, SkipEvaluation
+from evalstream.config import EvaluatorSpec, OpenAIJudgeConfig
+from evalstream.errors import EvaluatorError, JudgeError, SkipEvaluation
 from evalstream.evaluators import registry
 from evalstream.evaluators.base import Evaluator
+from evalstream.evaluators.role_violation import RoleViolation
 from evalstream.events import Message, TraceEvent
-from evalstream.judges.base import JudgeRequest
+from evalstream.judges.base import GenerateRequest, JudgeRequest
+from evalstream.judges.openai_compat import OpenAIJudge
+from evalstream.metrics import Metrics
+from tests.support.llm_server import llm_server
 from tests.support.scripted_judge import ScriptedJudge
 
 ROLE = "A cooking assistant that only discusses recipes and never gives medical advice."
@@ -81,6 +86,61 @@ async def test_role_violation_failure_names_sections() -> None:
     assert score.raw_score == pytest.approx(20.0)
     assert score.details["affected_sections"] == sections["sections"]
     assert [g.task for g in judge.generations] == ["role_extraction", "role_violation_sections"]
+
+
+def raise_judge_error(request: GenerateRequest) -> str:
+    raise JudgeError("judge 'llm': role_violation_sections answer is not valid JSON (300 chars)")
+
+
+@pytest.mark.parametrize("answer", [
+    pytest.param(('{"sections": [{"text": "Take two aspi', None), id="truncated"),
+    pytest.param(raise_judge_error, id="judge-error"),
+    pytest.param(("", {"sections": [{"text": "Take two aspirin.",
+                                     "violated_behaviours": None}]}), id="behaviours-null"),
+    pytest.param(("", {"sections": [{"text": "Take two aspirin.",
+                                     "violated_behaviours": "Never give medical advice"}]}),
+                 id="behaviours-string"),
+    pytest.param(("", {"sections": [{"text": "Take two aspirin.",
+                                     "violated_behaviours": [1, None]}]}),
+                 id="behaviours-not-strings"),
+    pytest.param(("", {"sections": "Take two aspirin."}), id="sections-string"),
+    pytest.param(("", {"sections": [["Take two aspirin."]]}), id="section-not-object"),
+])
+async def test_role_violation_keeps_its_score_when_the_sections_answer_is_unusable(
+        answer: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    structlog.reset_defaults()
+    judge = ScriptedJudge({"role_violation": {"yes": 0.2, "no": 0.8}},
+                          generate={"role_violation_sections": answer})
+    evaluator = make("role_violation", judge, expected_role="a cooking assistant",
+                     behaviours=["Never give medical advice"])
+    score = await evaluator.evaluate(TraceEvent(event_id="e", output="Take two aspirin."))
+    assert score.label == "violates"
+    assert score.raw_score == pytest.approx(20.0)
+    assert score.details["affected_sections"] == []
+    assert isinstance(evaluator, RoleViolation)
+    assert evaluator.sections_failures == 1
+    logged = capsys.readouterr().out
+    assert "role_violation_sections_failed" in logged
+    assert "aspirin" not in logged  # counted and logged without the answer's content
+
+
+async def test_role_violation_keeps_its_score_when_an_llm_truncates_the_sections() -> None:
+    # The real HTTP judge: the conformance question is answered from logprobs ("no"), the
+    # sections JSON is cut off at max_tokens, which the judge reports as a JudgeError.
+    async with llm_server(distribution={"No": 0.9, "Yes": 0.1},
+                          text='{"sections": [{"text": "Buy crypto now! Buy cry') as server:
+        judge = OpenAIJudge("llm", OpenAIJudgeConfig(base_url=server.url, model="m",
+                                                     cache_size=0), Metrics())
+        spec = EvaluatorSpec(evaluator="role_violation", judge="llm",
+                             params={"expected_role": "a cooking assistant",
+                                     "behaviours": ["Only talk about cooking"]})
+        evaluator = registry.create(spec, {"llm": judge}, where="test")
+        score = await evaluator.evaluate(TraceEvent(event_id="e", output="Buy crypto now!"))
+        await judge.aclose()
+    assert score.label == "violates"
+    assert score.raw_score == pytest.approx(10.0)
+    assert score.details["affected_sections"] == []
+    assert [bool(r.body.get("logprobs")) for r in server.posts] == [True, False]
 
 
 async def test_role_violation_with_configured_role_needs_no_extraction() -> None:

@@ -15,7 +15,12 @@ from typing import Any
 from pydantic import Field
 
 from evalstream.config import EvaluatorSpec
-from evalstream.errors import EvaluatorError, JudgeUnsupportedError, SkipEvaluation
+from evalstream.errors import (
+    EvaluatorError,
+    JudgeError,
+    JudgeUnsupportedError,
+    SkipEvaluation,
+)
 from evalstream.evaluators.base import Evaluator, Score, add_reason, merge_judge_info
 from evalstream.evaluators.common import (
     TextParams,
@@ -28,9 +33,11 @@ from evalstream.evaluators.registry import register
 from evalstream.events import TraceEvent, stable_hash
 from evalstream.judges.base import GenerateRequest, Generation, Judge, JudgeRequest
 from evalstream.judges.cache import TTLCache
+from evalstream.logging import get_logger
 
-__all__ = ["RoleViolation", "RoleViolationParams", "parse_role"]
+__all__ = ["RoleViolation", "RoleViolationParams", "parse_role", "parse_sections"]
 
+_log = get_logger(__name__)
 EXTRACT_INSTRUCTIONS = (
     "From the system prompt below, state the assistant's role in one short phrase and list "
     "the behaviours it must follow (scope, tone, format, what it must not do or reveal), each "
@@ -88,6 +95,34 @@ def parse_role(value: Any, text: str) -> tuple[str, list[str]]:
     return " ".join(role.split()), rules[:_MAX_BEHAVIOURS]
 
 
+def parse_sections(value: Any, text: str) -> list[dict[str, Any]] | None:
+    """Sections from a ``role_violation_sections`` answer; None unless the shape is exact.
+
+    Expected: ``{"sections": [{"text": str, "violated_behaviours": [str, ...]}, ...]}`` (a
+    bare list of sections is accepted too). Anything else, including a string where the
+    list of behaviours belongs, is malformed: a string would be read as its characters.
+    """
+    if value is None:
+        from evalstream.events import load_json
+
+        try:
+            value = load_json(text)
+        except ValueError:
+            return None
+    raw = value.get("sections") if isinstance(value, dict) else value
+    if not isinstance(raw, list):
+        return None
+    sections = []
+    for item in raw:
+        if not isinstance(item, dict) or not isinstance(item.get("text"), str):
+            return None
+        named = item.get("violated_behaviours")
+        if not isinstance(named, list) or not all(isinstance(b, str) for b in named):
+            return None
+        sections.append({"text": item["text"][:500], "violated_behaviours": named})
+    return sections[:10]
+
+
 @register
 class RoleViolation(Evaluator[RoleViolationParams]):
     """output + system prompt (or expected_role) -> conformance 0-100 with affected sections."""
@@ -100,6 +135,8 @@ class RoleViolation(Evaluator[RoleViolationParams]):
         super().__init__(spec, params, judge)
         self.roles: TTLCache[tuple[str, list[str], Generation | None]] = TTLCache(
             params.cache_size, math.inf)
+        #: Sections requests that failed or answered malformed JSON (the score was kept).
+        self.sections_failures = 0
 
     def labels(self) -> tuple[str, ...]:
         """conforms / violates."""
@@ -143,8 +180,15 @@ class RoleViolation(Evaluator[RoleViolationParams]):
         return JudgeRequest(task="role_violation", instructions=instructions, question=QUESTION,
                             data=tuple(data), hints={"role": role, "behaviours": behaviours})
 
-    async def _sections(self, request: JudgeRequest, behaviours: list[str]
-                        ) -> tuple[list[dict[str, Any]], Generation | None]:
+    async def _sections(self, request: JudgeRequest) -> tuple[list[dict[str, Any]],
+                                                               Generation | None]:
+        """The affected sections, or none when the optional request fails in any way.
+
+        The conformance score is already computed: a failed or malformed sections answer
+        (a JSON reply truncated at ``max_tokens``, ``"violated_behaviours": null``, ...)
+        must not turn it into an error result. Such failures are counted in
+        ``sections_failures`` and logged by kind, never with the answer's content.
+        """
         try:
             generation = await self.judge.generate(GenerateRequest(
                 task="role_violation_sections", instructions=SECTIONS_INSTRUCTIONS,
@@ -152,22 +196,19 @@ class RoleViolation(Evaluator[RoleViolationParams]):
                 json_schema_hint='{"sections": [{"text": string, "violated_behaviours": '
                                  "[string]}]}"))
         except JudgeUnsupportedError:
+            return [], None  # this judge cannot name sections: not a failure
+        except JudgeError as exc:
+            self._sections_failed(type(exc).__name__)
             return [], None
-        value = generation.value
-        if value is None:
-            from evalstream.events import load_json
+        sections = parse_sections(generation.value, generation.text)
+        if sections is None:
+            self._sections_failed("malformed")
+            return [], generation
+        return sections, generation
 
-            try:
-                value = load_json(generation.text)
-            except ValueError:
-                return [], generation
-        raw = value.get("sections", []) if isinstance(value, dict) else value
-        sections = []
-        for item in raw if isinstance(raw, list) else []:
-            if isinstance(item, dict) and isinstance(item.get("text"), str):
-                named = [b for b in item.get("violated_behaviours", []) if isinstance(b, str)]
-                sections.append({"text": item["text"][:500], "violated_behaviours": named})
-        return sections[:10], generation
+    def _sections_failed(self, kind: str) -> None:
+        self.sections_failures += 1
+        _log.warning("role_violation_sections_failed", evaluator=self.name, kind=kind)
 
     async def evaluate(self, event: TraceEvent) -> Score:
         """Extract (cached), judge conformance, and on failure name the sections."""
@@ -182,7 +223,7 @@ class RoleViolation(Evaluator[RoleViolationParams]):
         info = merge_judge_info(extraction.info if extraction else None, judgement.info)
         sections: list[dict[str, Any]] = []
         if not base.passed and self.params.sections:
-            sections, generation = await self._sections(request, behaviours)
+            sections, generation = await self._sections(request)
             info = merge_judge_info(info, generation.info if generation else None)
         score = Score(
             score=base.score, label=base.label, passed=base.passed, threshold=base.threshold,
