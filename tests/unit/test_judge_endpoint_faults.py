@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -191,6 +192,54 @@ async def test_a_response_with_logprobs_resets_the_run() -> None:
         await judge.aclose()
     # Never three misses in a row: every question still asks for logprobs first.
     assert asked_logprobs(server).count(True) == 6
+
+
+# --- unusual numbers -----------------------------------------------------------------
+
+
+def chat_logprobs(top: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"choices": [{"message": {"content": "yes"}, "logprobs": {"content": [
+        {"token": "yes", "logprob": -0.1, "top_logprobs": top}]}}]}
+
+
+async def test_garbled_numbers_never_escape_as_python_errors() -> None:
+    bodies = iter([
+        # a positive logprob (impossible; math.exp overflows above ~709)
+        json.dumps(chat_logprobs([{"token": "yes", "logprob": 1000.0},
+                                  {"token": "no", "logprob": -2.0}])).encode(),
+        # NaN token counts (Python's json accepts the bare NaN literal)
+        b'{"choices":[{"message":{"content":"yes"},"logprobs":{"content":[{"token":"yes",'
+        b'"logprob":-0.1,"top_logprobs":[{"token":"yes","logprob":-0.1},'
+        b'{"token":"no","logprob":-2.4}]}]}}],'
+        b'"usage":{"prompt_tokens":NaN,"completion_tokens":Infinity}}',
+    ])
+
+    def script(body: Any) -> Reply | None:
+        return 200, next(bodies), {}
+
+    metrics = Metrics()
+    async with scripted(script) as server:
+        judge = make_judge(server, metrics, price_input_per_1k=1.0)
+        clamped = await judge.judge(question("a"))
+        counted = await judge.judge(question("b"))
+        await judge.aclose()
+    assert clamped.p("yes") == pytest.approx(1 / (1 + math.exp(-2.0)))
+    assert counted.p("yes") == pytest.approx(math.exp(-0.1) / (math.exp(-0.1) + math.exp(-2.4)))
+    assert counted.info.tokens_in == 0
+    assert counted.info.tokens_out == 0
+    assert counted.info.cost_usd == 0.0
+
+
+async def test_an_answer_that_cannot_be_read_is_a_non_retryable_judge_error() -> None:
+    # Valid JSON nested too deeply for Python's parser (RecursionError) inside the answer.
+    nested = "[" * 100_000 + "]" * 100_000
+    async with scripted(lambda body: None, text='{"output": ' + nested + "}") as server:
+        judge = make_judge(server, logprobs="never")
+        with pytest.raises(JudgeError, match="unreadable answer") as info:
+            await judge.judge(question())
+        await judge.aclose()
+    assert not info.value.retryable
+    assert len(server.posts) == 1
 
 
 # --- circuit breaker: the half-open probe is always released -----------------------------

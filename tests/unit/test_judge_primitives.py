@@ -82,6 +82,32 @@ def test_shapes_of_each_provider() -> None:
         assert probs["yes"] == pytest.approx(0.6)
 
 
+def test_unusual_numbers_are_clamped_or_ignored() -> None:
+    def chat(top: list[dict[str, object]]) -> dict[str, object]:
+        return {"choices": [{"logprobs": {"content": [{"token": "x", "top_logprobs": top}]}}]}
+
+    # A positive logprob is impossible (and math.exp overflows above ~709): clamped to 0.
+    assert first_token_distribution(chat([{"token": "yes", "logprob": 1000.0},
+                                          {"token": "no", "logprob": -1.0}])) == {
+        "yes": 1.0, "no": pytest.approx(math.exp(-1.0))}
+    assert first_token_distribution(
+        {"choices": [{"logprobs": {"top_logprobs": [{"yes": 1e3, "no": 10**400}]}}]}
+    ) == {"yes": 1.0}
+    # Probabilities are clamped to [0, 1]: two 1e308 entries no longer sum to inf (-> NaN).
+    dist = first_token_distribution({"completion_probabilities": [{"top_probs": [
+        {"token": "Yes", "prob": 1e308}, {"token": " yes", "prob": 1e308},
+        {"token": "no", "prob": 0.1}]}]})
+    assert option_probabilities(dist, ("yes", "no")) == {
+        "yes": pytest.approx(2 / 2.1), "no": pytest.approx(0.1 / 2.1)}
+    # Non-finite values are ignored (a logprob that is NaN falls back to its prob).
+    dist = first_token_distribution(chat([
+        {"token": "yes", "logprob": math.nan, "prob": 0.5}, {"token": "no", "logprob": math.inf},
+        {"token": "maybe", "prob": math.nan}, {"token": "no", "logprob": -math.inf}]))
+    assert dist == {"yes": 0.5}
+    assert option_probabilities({"yes": math.nan, "no": math.inf, "No": 0.5},
+                                ("yes", "no")) == {"yes": 0.0, "no": 1.0}
+
+
 @pytest.mark.parametrize("body", [
     {"choices": [{"message": {"content": "Yes"}, "logprobs": None}]},
     {"choices": [{"logprobs": {"content": []}}]},

@@ -51,9 +51,27 @@ def fold(token: str) -> str:
 
 
 def _as_float(value: Any) -> float | None:
+    """A finite number, else None (NaN and infinities are ignored, never propagated)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _from_logprob(value: Any) -> float | None:
+    """A probability from a logprob, clamped to <= 0: a positive logprob is impossible, and
+    math.exp overflows above ~709."""
+    logprob = _as_float(value)
+    return None if logprob is None else math.exp(min(logprob, 0.0))
+
+
+def _from_prob(value: Any) -> float | None:
+    """A probability clamped to [0, 1] (so summed duplicates cannot reach inf, then NaN)."""
+    prob = _as_float(value)
+    return None if prob is None or prob < 0 else min(prob, 1.0)
 
 
 def _from_entries(entries: Iterable[Any], token_keys: Sequence[str]) -> dict[str, float]:
@@ -65,9 +83,10 @@ def _from_entries(entries: Iterable[Any], token_keys: Sequence[str]) -> dict[str
         token = next((entry[k] for k in token_keys if isinstance(entry.get(k), str)), None)
         if token is None:
             continue
-        logprob = _as_float(entry.get("logprob"))
-        prob = math.exp(logprob) if logprob is not None else _as_float(entry.get("prob"))
-        if prob is None or not math.isfinite(prob) or prob < 0:
+        prob = _from_logprob(entry.get("logprob"))
+        if prob is None:
+            prob = _from_prob(entry.get("prob"))
+        if prob is None:
             continue
         out[token] = out.get(token, 0.0) + prob
     return out
@@ -114,9 +133,9 @@ def first_token_distribution(body: Any) -> dict[str, float]:
     if isinstance(top_legacy, list) and top_legacy and isinstance(top_legacy[0], Mapping):
         dist = {}
         for token, lp in top_legacy[0].items():
-            value = _as_float(lp)
-            if isinstance(token, str) and value is not None and math.isfinite(value):
-                dist[token] = dist.get(token, 0.0) + math.exp(value)
+            prob = _from_logprob(lp)
+            if isinstance(token, str) and prob is not None:
+                dist[token] = dist.get(token, 0.0) + prob
         if dist:
             return dist
     raise MissingLogprobsError("choices[0].logprobs has no top_logprobs")
@@ -134,7 +153,8 @@ def option_probabilities(distribution: Mapping[str, float],
     mass = dict.fromkeys(options, 0.0)
     for token, prob in distribution.items():
         option = folded.get(fold(token))
-        if option is not None:
+        # Non-finite masses are skipped (a distribution not built by this module).
+        if option is not None and 0.0 < prob < math.inf:
             mass[option] += prob
     total = sum(mass.values())
     if total <= 0.0:

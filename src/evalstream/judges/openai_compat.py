@@ -19,12 +19,14 @@ an exception message (messages are also scrubbed of it, in case a server echoes 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
+import math
 import re
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +62,10 @@ __all__ = ["OpenAIJudge"]
 _log = get_logger("evalstream.judges.openai")
 _SHARD = 8
 _PATHS = {"chat": "chat/completions", "completions": "completions", "llamacpp": "completion"}
+# What reading an odd but well-formed JSON body can raise (huge or non-finite numbers,
+# unexpected types, deep nesting): each becomes a JudgeError, never escapes as itself.
+_PARSE_ERRORS = (ArithmeticError, ValueError, TypeError, LookupError, AttributeError,
+                 RecursionError)
 # In auto mode, logprobs are switched off after this many consecutive responses without
 # them: one such response can be that request's fate (an output content filter answers
 # "logprobs": null), while a backend without logprobs support shows it on every request,
@@ -107,9 +113,11 @@ class _LogprobsRejectedError(JudgeError):
 
 
 def _count(value: Any) -> int:
-    """A token count from a response (0 when absent or not a number)."""
+    """A token count from a response (0 when absent, not a number, NaN or infinite)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0
+    if isinstance(value, float) and not math.isfinite(value):
+        return 0  # Python's json reads the bare literals NaN and Infinity
     return max(0, int(value))
 
 
@@ -117,7 +125,7 @@ def _error_fields(response: httpx.Response) -> dict[str, Any]:
     """The OpenAI-style ``error`` object of an error response ({} when there is none)."""
     try:
         body = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     error = body.get("error") if isinstance(body, Mapping) else None
     if isinstance(error, Mapping):
@@ -290,8 +298,9 @@ class OpenAIJudge(Judge):
                 _log.warning("judge_logprobs_rejected", judge=self.name, status=exc.status)
                 return await self._judge_json(request, usage)
             try:
-                dist = first_token_distribution(body)
-                answer = _Answer(option_probabilities(dist, request.options), usage)
+                with self._reading("logprobs"):
+                    dist = first_token_distribution(body)
+                    answer = _Answer(option_probabilities(dist, request.options), usage)
             except MissingLogprobsError as exc:
                 if self.config.logprobs == "always":
                     raise JudgeError(f"judge {self.name!r} returned no logprobs ({exc}); set "
@@ -318,7 +327,8 @@ class OpenAIJudge(Judge):
         body = await self._send(
             self._payload(messages, max_tokens=self.config.json_max_tokens, logprobs=False),
             usage)
-        option = parse_json_answer(self._content(body), request.options)
+        with self._reading("answer"):
+            option = parse_json_answer(self._content(body), request.options)
         return _Answer({o: 1.0 if o == option else 0.0 for o in request.options}, usage)
 
     async def _generate(self, request: GenerateRequest, usage: _Usage) -> _Answer:
@@ -330,7 +340,7 @@ class OpenAIJudge(Judge):
         if request.json_schema_hint:
             try:
                 value = json.loads(unfence(text))
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise JudgeError(f"judge {self.name!r}: {request.task} answer is not valid "
                                  f"JSON ({len(text)} chars)") from None
         return _Answer({}, usage, text=text, value=value)
@@ -356,6 +366,19 @@ class OpenAIJudge(Judge):
         if logprobs:
             payload["n_probs"] = n
         return payload
+
+    @contextlib.contextmanager
+    def _reading(self, what: str) -> Iterator[None]:
+        """Turn an unexpected failure to read a response into a non-retryable JudgeError.
+
+        The same request would get the same odd answer again, so it is not retried; the
+        JudgeErrors raised on purpose (missing logprobs, options not found) pass through.
+        """
+        try:
+            yield
+        except _PARSE_ERRORS as exc:
+            raise JudgeError(f"judge {self.name!r}: unreadable {what} in the response from "
+                             f"{self._host} ({type(exc).__name__})", retryable=False) from None
 
     def _content(self, body: Any) -> str:
         try:
@@ -455,7 +478,7 @@ class OpenAIJudge(Judge):
         if 200 <= status < 300:
             try:
                 body = response.json()
-            except ValueError:
+            except (ValueError, RecursionError):
                 # A proxy or a crashing server; status 200 marks it for the breaker.
                 return None, JudgeError(f"judge {self.name!r}: HTTP {status} with a non-JSON "
                                         f"body from {self._host}", retryable=True, status=200)
