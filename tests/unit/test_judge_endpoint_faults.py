@@ -280,3 +280,37 @@ async def test_a_probe_cancelled_while_recording_its_outcome_releases_the_breake
         await judge.aclose()
     assert answer.p("yes") == pytest.approx(0.8 / 0.95)
     assert judge.circuit_state is CircuitState.CLOSED
+
+
+# --- a corrupt body is classified like a transport error ---------------------------------
+
+
+CORRUPT_GZIP: Reply = (200, b"not gzip at all", {"Content-Encoding": "gzip"})
+
+
+async def test_a_corrupt_body_is_retried_then_answers() -> None:
+    corrupt = iter([True, True])
+
+    def script(body: Any) -> Reply | None:
+        return CORRUPT_GZIP if next(corrupt, False) else None
+
+    metrics = Metrics()
+    async with scripted(script) as server:
+        judge = make_judge(server, metrics)
+        answer = await judge.judge(question())
+        await judge.aclose()
+    assert answer.p("yes") == pytest.approx(0.8 / 0.95)
+    assert answer.info.requests == 3
+    assert metrics.registry.get_sample_value(
+        "evalstream_judge_requests_total", {"judge": "llm", "outcome": "retry"}) == 2
+
+
+async def test_corrupt_bodies_exhaust_retries_and_open_the_circuit() -> None:
+    async with scripted(lambda body: CORRUPT_GZIP) as server:
+        judge = make_judge(server, max_retries=2, circuit_failures=3, circuit_reset_s=60.0)
+        with pytest.raises(JudgeError, match=r"DecodingError .*after 3 attempts") as info:
+            await judge.judge(question())
+        await judge.aclose()
+    assert info.value.retryable
+    assert len(server.posts) == 3
+    assert judge.circuit_state is CircuitState.OPEN  # counted as server failures

@@ -464,6 +464,13 @@ class OpenAIJudge(Judge):
                 return None, JudgeError(
                     f"judge {self.name!r}: {type(exc).__name__} talking to {self._host}",
                     retryable=True)
+            except httpx.RequestError as exc:
+                # The rest of httpx's request errors, e.g. DecodingError for a corrupt
+                # (gzip) body from a proxy: an unhealthy exchange, retried and counted by
+                # the breaker like a transport error, never escaping unclassified.
+                return None, JudgeError(
+                    f"judge {self.name!r}: {type(exc).__name__} from {self._host}",
+                    retryable=True)
             finally:
                 self._in_flight.dec()
                 self._metrics.judge_latency.labels(self.name).observe(
