@@ -13,7 +13,7 @@ import contextlib
 import json
 import math
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -314,3 +314,27 @@ async def test_corrupt_bodies_exhaust_retries_and_open_the_circuit() -> None:
     assert info.value.retryable
     assert len(server.posts) == 3
     assert judge.circuit_state is CircuitState.OPEN  # counted as server failures
+
+
+# --- labels the first token cannot tell apart --------------------------------------------
+
+
+async def test_multi_token_labels_are_asked_for_a_json_answer() -> None:
+    # A BPE model meaning "account_security" starts with the token "account": read from
+    # logprobs, that is 97 % "account". Such option sets go to the JSON answer instead.
+    labels = ("account", "account_security", "other")
+    request = JudgeRequest(task="classifier", instructions="Pick the label.",
+                           question="Which label fits?", options=labels,
+                           data=(("output", "Someone logged into my account from abroad."),))
+    async with scripted(lambda body: None, distribution={"account": 0.97, "security": 0.03},
+                        text='{"output": "account_security"}') as server:
+        judge = make_judge(server)
+        first = await judge.judge(request)
+        again = await judge.judge(replace(request, data=(("output", "2FA?"),)))
+        server.distribution = {"Yes": 0.7, " yes": 0.1, "No": 0.15, " maybe": 0.05}
+        yes_no = await judge.judge(question())
+        await judge.aclose()
+    assert first.probabilities == {"account": 0.0, "account_security": 1.0, "other": 0.0}
+    assert again.p("account_security") == 1.0
+    assert yes_no.p("yes") == pytest.approx(0.8 / 0.95)  # other option sets keep logprobs
+    assert asked_logprobs(server) == [False, False, True]

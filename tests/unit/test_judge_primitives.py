@@ -18,6 +18,7 @@ from evalstream.judges.cascade import CascadeJudge
 from evalstream.judges.logprobs import (
     MissingLogprobsError,
     OptionsNotFoundError,
+    first_token_distinguishable,
     first_token_distribution,
     fold,
     option_probabilities,
@@ -106,6 +107,18 @@ def test_unusual_numbers_are_clamped_or_ignored() -> None:
     assert dist == {"yes": 0.5}
     assert option_probabilities({"yes": math.nan, "no": math.inf, "No": 0.5},
                                 ("yes", "no")) == {"yes": 0.0, "no": 1.0}
+
+
+@pytest.mark.parametrize(("options", "readable"), [
+    (("yes", "no"), True), (("1", "2", "3", "4", "5", "6", "7", "8", "9"), True),
+    (("negative", "neutral", "positive"), True), (("Billing", "shipping", "other"), True),
+    (("account", "account_security"), False),  # first token "account" for both
+    (("billing_refund", "billing_invoice", "other"), False),  # "billing" matches neither
+    (("account", "accounting"), False), (("1", "10"), False), (("v2", "v3"), False),
+    (("not sure", "yes"), False),
+])
+def test_first_token_distinguishable(options: tuple[str, ...], readable: bool) -> None:
+    assert first_token_distinguishable(options) is readable
 
 
 @pytest.mark.parametrize("body", [

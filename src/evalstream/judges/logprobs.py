@@ -20,6 +20,7 @@ option; their probability mass is summed, then renormalised over the options.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ from evalstream.errors import JudgeError
 __all__ = [
     "MissingLogprobsError",
     "OptionsNotFoundError",
+    "first_token_distinguishable",
     "first_token_distribution",
     "fold",
     "option_probabilities",
@@ -35,6 +37,8 @@ __all__ = [
 
 _MARKERS = "\u2581\u0120"  # "▁" (SentencePiece) and "Ġ" (byte-level BPE) word-start marks
 _PUNCT = " \t\r\n.,:;!?\"'`*()[]{}"
+# One run of letters, or one run of digits: the options that plausibly are one token.
+_ONE_WORD = re.compile(r"[^\W\d_]+|\d+")
 
 
 class MissingLogprobsError(JudgeError):
@@ -48,6 +52,22 @@ class OptionsNotFoundError(JudgeError):
 def fold(token: str) -> str:
     """Normalise a token or option for matching: " Yes." -> "yes"."""
     return token.strip().lstrip(_MARKERS).strip(_PUNCT).casefold()
+
+
+def first_token_distinguishable(options: Sequence[str]) -> bool:
+    """Whether the first generated token can tell ``options`` apart.
+
+    Only the first token is read, so a label spanning several tokens is judged by its
+    first one: "account_security" then counts for "account", and "billing_refund" vs
+    "billing_invoice" match nothing at all. Without the model's tokenizer this is a
+    conservative guess: every option must be one run of letters or of digits, and none
+    may be a prefix of another ("account"/"accounting", "1"/"10" share a first token).
+    When it says no, the question is better asked for a JSON answer.
+    """
+    folded = [fold(o) for o in options]
+    if not all(_ONE_WORD.fullmatch(f) for f in folded):
+        return False
+    return not any(a != b and b.startswith(a) for a in folded for b in folded)
 
 
 def _as_float(value: Any) -> float | None:

@@ -42,6 +42,7 @@ from evalstream.judges.cache import TTLCache
 from evalstream.judges.logprobs import (
     MissingLogprobsError,
     OptionsNotFoundError,
+    first_token_distinguishable,
     first_token_distribution,
     option_probabilities,
 )
@@ -209,6 +210,9 @@ class OpenAIJudge(Judge):
         self._use_logprobs = config.logprobs != "never"
         # Consecutive logprob responses that came without logprobs (auto mode).
         self._missing_logprobs = 0
+        # Option set -> whether its first generated token tells the options apart (option
+        # sets come from the configuration, so this stays small).
+        self._readable: dict[tuple[str, ...], bool] = {}
         self._in_flight = metrics.judge_in_flight.labels(name)
         self._in_flight.set(0)
 
@@ -283,8 +287,19 @@ class OpenAIJudge(Judge):
 
     # --- question answering -----------------------------------------------------------
 
+    def _first_token_readable(self, options: tuple[str, ...]) -> bool:
+        """Whether logprobs can answer over ``options``; decided once per option set."""
+        readable = self._readable.get(options)
+        if readable is None:
+            readable = self._readable[options] = first_token_distinguishable(options)
+            if not readable:
+                # Options come from the configuration (labels, topics), not from traces.
+                _log.warning("judge_options_not_first_token", judge=self.name,
+                             options=list(options), answer="json")
+        return readable
+
     async def _judge(self, request: JudgeRequest, usage: _Usage) -> _Answer:
-        if self._use_logprobs:
+        if self._use_logprobs and self._first_token_readable(request.options):
             messages = judge_messages(request, json_answer=False)
             try:
                 body = await self._send(self._payload(messages, max_tokens=1, logprobs=True),
