@@ -55,6 +55,18 @@ def test_unknown_judge_reference_names_route_and_evaluator(tmp_path: Path) -> No
         load_settings(write(tmp_path, text))
 
 
+def test_poll_interval_must_outlast_every_judge_deadline(tmp_path: Path) -> None:
+    # Intake can wait a judge's whole deadline for a slot without fetching; aiokafka leaves
+    # the group when max_poll_interval_ms passes without a fetch.
+    judge = ("judges:\n  gpt: {type: openai, base_url: 'http://127.0.0.1:1/v1', model: m, "
+             "deadline_s: 900}\n")
+    with pytest.raises(ConfigError, match=r"kafka.max_poll_interval_ms \(600000\) must exceed "
+                                          r"judges.gpt.deadline_s \(900 s\)"):
+        load_settings(write(tmp_path, judge))
+    settings = load_settings(write(tmp_path, judge + "kafka: {max_poll_interval_ms: 960000}\n"))
+    assert settings.kafka.max_poll_interval_ms == 960_000
+
+
 def test_api_key_comes_from_env_and_is_masked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -151,6 +151,13 @@ class Settings(BaseSettings):
                 for ref in (judge.first, judge.then):
                     if ref not in judges or ref == name:
                         raise ValueError(f"judges.{name}: cascade refers to unknown judge {ref!r}")
+        for name, judge in self.judges.items():
+            deadline = getattr(judge, "deadline_s", None)
+            if deadline is not None and deadline * 1000 >= self.kafka.max_poll_interval_ms:
+                raise ValueError(
+                    f"kafka.max_poll_interval_ms ({self.kafka.max_poll_interval_ms}) must exceed "
+                    f"judges.{name}.deadline_s ({deadline:g} s): intake can wait that long "
+                    f"for a free slot, and a consumer that does not poll leaves its group")
         names = [r.name for r in self.routes]
         if len(set(names)) != len(names):
             raise ValueError(f"route names must be unique: {names}")

@@ -66,6 +66,7 @@ class KafkaSource:
             "enable_auto_commit": False,
             "auto_offset_reset": s.auto_offset_reset,
             "session_timeout_ms": s.session_timeout_ms,
+            "max_poll_interval_ms": s.max_poll_interval_ms,
             "heartbeat_interval_ms": max(100, s.session_timeout_ms // 10),
             "max_poll_records": s.max_poll_records,
             "fetch_max_bytes": s.fetch_max_bytes,
