@@ -67,6 +67,23 @@ def test_poll_interval_must_outlast_every_judge_deadline(tmp_path: Path) -> None
     assert settings.kafka.max_poll_interval_ms == 960_000
 
 
+def test_empty_or_unreadable_api_key_file_fails_at_start_up(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    judge = ("judges:\n  gpt: {type: openai, base_url: 'http://127.0.0.1:1/v1', model: m, "
+             f"api_key_file: '{key}'}}\n")
+    key.write_text("\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"judges.gpt.api_key_file: .* is empty"):
+        load_settings(write(tmp_path, judge))
+    key.write_bytes(b"\xff\xfe")
+    with pytest.raises(ConfigError, match=r"judges.gpt.api_key_file: .*not UTF-8"):
+        load_settings(write(tmp_path, judge))
+    key.write_text("sk-test\n", encoding="utf-8")
+    gpt = load_settings(write(tmp_path, judge)).judges["gpt"]
+    key_value = getattr(gpt, "api_key", None)
+    assert key_value is not None
+    assert key_value.get_secret_value() == "sk-test"
+
+
 def test_api_key_comes_from_env_and_is_masked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -310,9 +310,15 @@ def _resolve_secrets(settings: Settings) -> Settings:
             elif judge.api_key_file:
                 try:
                     key = judge.api_key_file.read_text(encoding="utf-8").strip()
-                except OSError as exc:
+                except (OSError, UnicodeDecodeError) as exc:
+                    why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
                     raise ConfigError(f"judges.{name}.api_key_file: cannot read "
-                                      f"{judge.api_key_file}: {exc.strerror}") from exc
+                                      f"{judge.api_key_file}: {why}") from exc
+                if not key:
+                    # Usually a secret mounted before it was filled in: every request would
+                    # then fail with 401 at run time instead of here.
+                    raise ConfigError(f"judges.{name}.api_key_file: {judge.api_key_file} "
+                                      f"is empty")
             if key:
                 judge = judge.model_copy(update={"api_key": SecretStr(key)})
         judges[name] = judge
