@@ -14,19 +14,19 @@ all of it and turns into ``JudgeUnavailableError``, which the pipeline publishes
 
 The API key lives only in the client's default headers: it is never logged, never put in
 an exception message (messages are also scrubbed of it, in case a server echoes it).
+
+The wire format itself (payloads per endpoint flavour, reading response and error bodies)
+lives in ``openai_wire.py``; this module is the client that sends it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
-import math
-import re
 import ssl
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,14 +46,23 @@ from evalstream.judges.logprobs import (
     first_token_distribution,
     option_probabilities,
 )
-from evalstream.judges.prompt import generate_messages, judge_messages, messages_to_prompt
+from evalstream.judges.openai_wire import (
+    PATHS,
+    LogprobsRejectedError,
+    Usage,
+    build_payload,
+    classify_response,
+    read_tokens,
+    reading_response,
+    response_text,
+)
+from evalstream.judges.prompt import generate_messages, judge_messages
 from evalstream.judges.registry import judge_backend
 from evalstream.judges.resilience import (
     CircuitBreaker,
     CircuitState,
     TokenBucket,
     backoff_delay,
-    parse_retry_after,
 )
 from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
@@ -62,90 +71,19 @@ __all__ = ["OpenAIJudge"]
 
 _log = get_logger("evalstream.judges.openai")
 _SHARD = 8
-_PATHS = {"chat": "chat/completions", "completions": "completions", "llamacpp": "completion"}
-# What reading an odd but well-formed JSON body can raise (huge or non-finite numbers,
-# unexpected types, deep nesting): each becomes a JudgeError, never escapes as itself.
-_PARSE_ERRORS = (ArithmeticError, ValueError, TypeError, LookupError, AttributeError,
-                 RecursionError)
 # In auto mode, logprobs are switched off after this many consecutive responses without
 # them: one such response can be that request's fate (an output content filter answers
 # "logprobs": null), while a backend without logprobs support shows it on every request,
 # so a short run is a reliable signal that costs at most two extra fallbacks.
 _MISSING_LOGPROBS_TO_DISABLE = 3
-# A 400 whose error names one of these parameters rejects logprobs as such (the backend
-# does not support them); any other 400 is about that one request (content filter, prompt
-# too long) and says nothing about logprobs.
-_LOGPROB_PARAMS = re.compile(r"logprob|n_probs", re.IGNORECASE)
-_NON_RETRYABLE_HINT = {
-    400: "the request was rejected (bad parameters or model)",
-    401: "authentication failed: check the API key",
-    403: "access denied: check the key's permissions",
-    404: "not found: check base_url and model",
-    422: "the request was rejected (unprocessable)",
-}
-
-
-@dataclass(slots=True)
-class _Usage:
-    """What one logical call cost (possibly several HTTP attempts)."""
-
-    requests: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
-    last_error: str | None = None
-
-    def add(self, other: _Usage) -> None:
-        self.requests += other.requests
-        self.tokens_in += other.tokens_in
-        self.tokens_out += other.tokens_out
-        self.last_error = other.last_error or self.last_error
 
 
 @dataclass(frozen=True, slots=True)
 class _Answer:
     probabilities: Mapping[str, float]
-    usage: _Usage
+    usage: Usage
     text: str = ""
     value: Any = None
-
-
-class _LogprobsRejectedError(JudgeError):
-    """An HTTP 400 whose error body points at the logprobs parameters."""
-
-
-def _count(value: Any) -> int:
-    """A token count from a response (0 when absent, not a number, NaN or infinite)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 0
-    if isinstance(value, float) and not math.isfinite(value):
-        return 0  # Python's json reads the bare literals NaN and Infinity
-    return max(0, int(value))
-
-
-def _error_fields(response: httpx.Response) -> dict[str, Any]:
-    """The OpenAI-style ``error`` object of an error response ({} when there is none)."""
-    try:
-        body = response.json()
-    except (ValueError, RecursionError):
-        return {}
-    error = body.get("error") if isinstance(body, Mapping) else None
-    if isinstance(error, Mapping):
-        return dict(error)
-    return {"message": error} if isinstance(error, str) else {}
-
-
-def _names_logprobs(response: httpx.Response) -> bool:
-    """Whether an error response points at the logprobs parameters (param, code, message).
-
-    A body that is not an OpenAI-style error (a plain-text 400 from a small server) is
-    searched as text.
-    """
-    fields = _error_fields(response)
-    if fields:
-        texts = [v for k in ("param", "code", "message") if isinstance(v := fields.get(k), str)]
-    else:
-        texts = [response.text[:1000]]
-    return any(_LOGPROB_PARAMS.search(text) for text in texts)
 
 
 def _request_key(*parts: Any) -> str:
@@ -196,7 +134,7 @@ class OpenAIJudge(Judge):
         for shard, size in enumerate(sizes):
             for _ in range(size):
                 self._slots.put_nowait(shard)
-        self._path = _PATHS[config.api]
+        self._path = PATHS[config.api]
         self._host = httpx.URL(config.base_url).host or "judge"
         self._rps = (TokenBucket(config.requests_per_s, max(1.0, config.requests_per_s))
                      if config.requests_per_s else None)
@@ -258,7 +196,7 @@ class OpenAIJudge(Judge):
     # --- caching and deadline ---------------------------------------------------------
 
     async def _cached(self, key: str, compute: Any) -> tuple[_Answer, bool, float]:
-        usage = _Usage()
+        usage = Usage()
         start = time.perf_counter()
         try:
             async with asyncio.timeout(self.config.deadline_s):
@@ -273,7 +211,7 @@ class OpenAIJudge(Judge):
             self._metrics.judge_cache_hits.labels(self.name).inc()
         return answer, hit, (time.perf_counter() - start) * 1000.0
 
-    def _info(self, usage: _Usage, latency_ms: float, hit: bool) -> JudgeInfo:
+    def _info(self, usage: Usage, latency_ms: float, hit: bool) -> JudgeInfo:
         if hit:
             return JudgeInfo(backend="openai", model=self.config.model, latency_ms=latency_ms,
                              cached=True)
@@ -281,7 +219,7 @@ class OpenAIJudge(Judge):
                          requests=usage.requests, tokens_in=usage.tokens_in,
                          tokens_out=usage.tokens_out, cost_usd=self._cost(usage))
 
-    def _cost(self, usage: _Usage) -> float:
+    def _cost(self, usage: Usage) -> float:
         return (usage.tokens_in * self.config.price_input_per_1k
                 + usage.tokens_out * self.config.price_output_per_1k) / 1000.0
 
@@ -298,13 +236,13 @@ class OpenAIJudge(Judge):
                              options=list(options), answer="json")
         return readable
 
-    async def _judge(self, request: JudgeRequest, usage: _Usage) -> _Answer:
+    async def _judge(self, request: JudgeRequest, usage: Usage) -> _Answer:
         if self._use_logprobs and self._first_token_readable(request.options):
             messages = judge_messages(request, json_answer=False)
             try:
                 body = await self._send(self._payload(messages, max_tokens=1, logprobs=True),
                                         usage)
-            except _LogprobsRejectedError as exc:
+            except LogprobsRejectedError as exc:
                 # The endpoint rejects the logprobs parameters themselves (its 400 names
                 # them): in auto mode that means "no logprobs here", not a broken judge.
                 if self.config.logprobs != "auto":
@@ -313,7 +251,7 @@ class OpenAIJudge(Judge):
                 _log.warning("judge_logprobs_rejected", judge=self.name, status=exc.status)
                 return await self._judge_json(request, usage)
             try:
-                with self._reading("logprobs"):
+                with reading_response("logprobs", judge=self.name, host=self._host):
                     dist = first_token_distribution(body)
                     answer = _Answer(option_probabilities(dist, request.options), usage)
             except MissingLogprobsError as exc:
@@ -337,16 +275,16 @@ class OpenAIJudge(Judge):
                 return answer
         return await self._judge_json(request, usage)
 
-    async def _judge_json(self, request: JudgeRequest, usage: _Usage) -> _Answer:
+    async def _judge_json(self, request: JudgeRequest, usage: Usage) -> _Answer:
         messages = judge_messages(request, json_answer=True)
         body = await self._send(
             self._payload(messages, max_tokens=self.config.json_max_tokens, logprobs=False),
             usage)
-        with self._reading("answer"):
+        with reading_response("answer", judge=self.name, host=self._host):
             option = parse_json_answer(self._content(body), request.options)
         return _Answer({o: 1.0 if o == option else 0.0 for o in request.options}, usage)
 
-    async def _generate(self, request: GenerateRequest, usage: _Usage) -> _Answer:
+    async def _generate(self, request: GenerateRequest, usage: Usage) -> _Answer:
         messages = generate_messages(request)
         body = await self._send(
             self._payload(messages, max_tokens=request.max_tokens, logprobs=False), usage)
@@ -362,56 +300,16 @@ class OpenAIJudge(Judge):
 
     def _payload(self, messages: list[dict[str, str]], *, max_tokens: int,
                  logprobs: bool) -> dict[str, Any]:
-        n = self.config.top_logprobs
-        if self.config.api == "chat":
-            payload: dict[str, Any] = {"model": self.config.model, "messages": messages,
-                                       "max_tokens": max_tokens, "temperature": 0}
-            if logprobs:
-                payload.update(logprobs=True, top_logprobs=n)
-            return payload
-        prompt = messages_to_prompt(messages, answer_prefix="Answer:")
-        if self.config.api == "completions":
-            payload = {"model": self.config.model, "prompt": prompt, "max_tokens": max_tokens,
-                       "temperature": 0}
-            if logprobs:
-                payload["logprobs"] = n
-            return payload
-        payload = {"prompt": prompt, "n_predict": max_tokens, "temperature": 0,
-                   "cache_prompt": True}
-        if logprobs:
-            payload["n_probs"] = n
-        return payload
-
-    @contextlib.contextmanager
-    def _reading(self, what: str) -> Iterator[None]:
-        """Turn an unexpected failure to read a response into a non-retryable JudgeError.
-
-        The same request would get the same odd answer again, so it is not retried; the
-        JudgeErrors raised on purpose (missing logprobs, options not found) pass through.
-        """
-        try:
-            yield
-        except _PARSE_ERRORS as exc:
-            raise JudgeError(f"judge {self.name!r}: unreadable {what} in the response from "
-                             f"{self._host} ({type(exc).__name__})", retryable=False) from None
+        return build_payload(self.config.api, self.config.model, messages,
+                             max_tokens=max_tokens, logprobs=logprobs,
+                             top_logprobs=self.config.top_logprobs)
 
     def _content(self, body: Any) -> str:
-        try:
-            if self.config.api == "llamacpp":
-                text = body["content"]
-            elif self.config.api == "completions":
-                text = body["choices"][0]["text"]
-            else:
-                text = body["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            raise JudgeError(f"judge {self.name!r}: response has no answer text") from None
-        if not isinstance(text, str):
-            raise JudgeError(f"judge {self.name!r}: response has no answer text")
-        return text
+        return response_text(body, self.config.api, judge=self.name)
 
     # --- one logical request with limits, breaker and retries ---------------------------
 
-    async def _send(self, payload: dict[str, Any], usage: _Usage) -> Any:
+    async def _send(self, payload: dict[str, Any], usage: Usage) -> Any:
         # ~4 characters per token: only the tokens-per-minute bucket needs the estimate.
         estimate = (len(json.dumps(payload, ensure_ascii=False)) // 4 + int(
             payload.get("max_tokens") or payload.get("n_predict") or 1)
@@ -463,7 +361,7 @@ class OpenAIJudge(Judge):
             await asyncio.sleep(delay)
 
     async def _attempt(self, payload: dict[str, Any],
-                       usage: _Usage) -> tuple[Any, JudgeError | None]:
+                       usage: Usage) -> tuple[Any, JudgeError | None]:
         """One HTTP exchange: (parsed body, None) or (None, classified error)."""
         shard = await self._slots.get()
         try:
@@ -495,43 +393,15 @@ class OpenAIJudge(Judge):
         return self._classify(response, usage)
 
     def _classify(self, response: httpx.Response,
-                  usage: _Usage) -> tuple[Any, JudgeError | None]:
-        status = response.status_code
-        if 200 <= status < 300:
-            try:
-                body = response.json()
-            except (ValueError, RecursionError):
-                # A proxy or a crashing server; status 200 marks it for the breaker.
-                return None, JudgeError(f"judge {self.name!r}: HTTP {status} with a non-JSON "
-                                        f"body from {self._host}", retryable=True, status=200)
+                  usage: Usage) -> tuple[Any, JudgeError | None]:
+        body, error = classify_response(response, judge=self.name, host=self._host,
+                                        redact=self._redact)
+        if error is None:
             self._account(body, usage)
-            return body, None
-        retry_after = parse_retry_after(response.headers.get("retry-after"))
-        detail = self._error_detail(response)
-        if status == 429 or status == 408 or status >= 500:
-            return None, JudgeError(f"judge {self.name!r}: HTTP {status} from {self._host}"
-                                    f"{detail}", retryable=True, status=status,
-                                    retry_after=retry_after)
-        hint = _NON_RETRYABLE_HINT.get(status, "client error")
-        kind = (_LogprobsRejectedError if status == 400 and _names_logprobs(response)
-                else JudgeError)
-        return None, kind(f"judge {self.name!r}: HTTP {status} from {self._host}: "
-                          f"{hint}{detail}", retryable=False, status=status)
+        return body, error
 
-    def _error_detail(self, response: httpx.Response) -> str:
-        message = _error_fields(response).get("message")
-        return f" ({self._redact(str(message))[:200]})" if message else ""
-
-    def _account(self, body: Any, usage: _Usage) -> None:
-        tokens_in = tokens_out = 0
-        if isinstance(body, Mapping):
-            u = body.get("usage")
-            if isinstance(u, Mapping):
-                tokens_in = _count(u.get("prompt_tokens"))
-                tokens_out = _count(u.get("completion_tokens"))
-            else:  # llama.cpp native
-                tokens_in = _count(body.get("tokens_evaluated"))
-                tokens_out = _count(body.get("tokens_predicted"))
+    def _account(self, body: Any, usage: Usage) -> None:
+        tokens_in, tokens_out = read_tokens(body)
         usage.tokens_in += tokens_in
         usage.tokens_out += tokens_out
         if tokens_in:

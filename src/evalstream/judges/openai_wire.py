@@ -1,0 +1,256 @@
+"""The OpenAI-compatible wire format, as the OpenAI judge speaks it.
+
+This module owns what goes over the wire and how to read what comes back, for the three
+endpoint flavours (``api``): OpenAI ``chat/completions``, legacy ``completions`` and
+llama.cpp's native ``completion``. It builds request payloads, reads the answer text and
+token usage out of response bodies, and interprets HTTP error bodies (the OpenAI-style
+``error`` object, whether a 400 rejects the logprobs parameters, which statuses are worth
+retrying). It does no I/O and holds no state: the client (``openai_compat.py``) owns
+connections, retries, the circuit breaker, rate limits, caching and metrics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from evalstream.errors import JudgeError
+from evalstream.judges.prompt import messages_to_prompt
+from evalstream.judges.resilience import parse_retry_after
+
+__all__ = [
+    "PATHS",
+    "LogprobsRejectedError",
+    "Usage",
+    "build_payload",
+    "classify_response",
+    "read_tokens",
+    "reading_response",
+    "response_text",
+]
+
+# The request path per endpoint flavour, relative to the configured base_url.
+PATHS = {"chat": "chat/completions", "completions": "completions", "llamacpp": "completion"}
+# A 400 whose error names one of these parameters rejects logprobs as such (the backend
+# does not support them); any other 400 is about that one request (content filter, prompt
+# too long) and says nothing about logprobs.
+_LOGPROB_PARAMS = re.compile(r"logprob|n_probs", re.IGNORECASE)
+_NON_RETRYABLE_HINT = {
+    400: "the request was rejected (bad parameters or model)",
+    401: "authentication failed: check the API key",
+    403: "access denied: check the key's permissions",
+    404: "not found: check base_url and model",
+    422: "the request was rejected (unprocessable)",
+}
+# What reading an odd but well-formed JSON body can raise (huge or non-finite numbers,
+# unexpected types, deep nesting): each becomes a JudgeError, never escapes as itself.
+_PARSE_ERRORS = (ArithmeticError, ValueError, TypeError, LookupError, AttributeError,
+                 RecursionError)
+
+
+@dataclass(slots=True)
+class Usage:
+    """What one logical call cost (possibly several HTTP attempts)."""
+
+    requests: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    last_error: str | None = None
+
+    def add(self, other: Usage) -> None:
+        """Add another call's requests and tokens; its last error, if any, wins."""
+        self.requests += other.requests
+        self.tokens_in += other.tokens_in
+        self.tokens_out += other.tokens_out
+        self.last_error = other.last_error or self.last_error
+
+
+# --- requests -----------------------------------------------------------------------------
+
+
+def build_payload(api: str, model: str, messages: list[dict[str, str]], *, max_tokens: int,
+                  logprobs: bool, top_logprobs: int) -> dict[str, Any]:
+    """The JSON body of one deterministic (``temperature`` 0) request.
+
+    Args:
+        api: The endpoint flavour: ``chat``, ``completions`` or ``llamacpp``.
+        model: The model name (llama.cpp's native endpoint takes none).
+        messages: The chat messages; flattened into one prompt for the other flavours.
+        max_tokens: The most tokens to generate.
+        logprobs: Whether to ask for the top logprobs of each generated token.
+        top_logprobs: How many top logprobs to ask for.
+
+    Returns:
+        The payload to POST to ``PATHS[api]``.
+    """
+    n = top_logprobs
+    if api == "chat":
+        payload: dict[str, Any] = {"model": model, "messages": messages,
+                                   "max_tokens": max_tokens, "temperature": 0}
+        if logprobs:
+            payload.update(logprobs=True, top_logprobs=n)
+        return payload
+    prompt = messages_to_prompt(messages, answer_prefix="Answer:")
+    if api == "completions":
+        payload = {"model": model, "prompt": prompt, "max_tokens": max_tokens,
+                   "temperature": 0}
+        if logprobs:
+            payload["logprobs"] = n
+        return payload
+    payload = {"prompt": prompt, "n_predict": max_tokens, "temperature": 0,
+               "cache_prompt": True}
+    if logprobs:
+        payload["n_probs"] = n
+    return payload
+
+
+# --- responses ----------------------------------------------------------------------------
+
+
+def response_text(body: Any, api: str, *, judge: str) -> str:
+    """The generated text of a successful response body.
+
+    Args:
+        body: The parsed JSON body.
+        api: The endpoint flavour that answered (see ``build_payload``).
+        judge: The judge's configured name, for the error message.
+
+    Raises:
+        JudgeError: The body has no answer text where ``api`` puts it.
+    """
+    try:
+        if api == "llamacpp":
+            text = body["content"]
+        elif api == "completions":
+            text = body["choices"][0]["text"]
+        else:
+            text = body["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        raise JudgeError(f"judge {judge!r}: response has no answer text") from None
+    if not isinstance(text, str):
+        raise JudgeError(f"judge {judge!r}: response has no answer text")
+    return text
+
+
+@contextlib.contextmanager
+def reading_response(what: str, *, judge: str, host: str) -> Iterator[None]:
+    """Turn an unexpected failure to read a response into a non-retryable JudgeError.
+
+    The same request would get the same odd answer again, so it is not retried; the
+    JudgeErrors raised on purpose (missing logprobs, options not found) pass through.
+
+    Args:
+        what: What is being read (``logprobs``, ``answer``), for the error message.
+        judge: The judge's configured name, for the error message.
+        host: The endpoint's host, for the error message.
+    """
+    try:
+        yield
+    except _PARSE_ERRORS as exc:
+        raise JudgeError(f"judge {judge!r}: unreadable {what} in the response from "
+                         f"{host} ({type(exc).__name__})", retryable=False) from None
+
+
+def read_tokens(body: Any) -> tuple[int, int]:
+    """The (prompt, completion) token counts a response body reports (0 when absent)."""
+    tokens_in = tokens_out = 0
+    if isinstance(body, Mapping):
+        u = body.get("usage")
+        if isinstance(u, Mapping):
+            tokens_in = _count(u.get("prompt_tokens"))
+            tokens_out = _count(u.get("completion_tokens"))
+        else:  # llama.cpp native
+            tokens_in = _count(body.get("tokens_evaluated"))
+            tokens_out = _count(body.get("tokens_predicted"))
+    return tokens_in, tokens_out
+
+
+def _count(value: Any) -> int:
+    """A token count from a response (0 when absent, not a number, NaN or infinite)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if isinstance(value, float) and not math.isfinite(value):
+        return 0  # Python's json reads the bare literals NaN and Infinity
+    return max(0, int(value))
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+class LogprobsRejectedError(JudgeError):
+    """An HTTP 400 whose error body points at the logprobs parameters."""
+
+
+def classify_response(response: httpx.Response, *, judge: str, host: str,
+                      redact: Callable[[str], str]) -> tuple[Any, JudgeError | None]:
+    """Read one HTTP response: (parsed body, None) or (None, classified error).
+
+    Args:
+        response: The endpoint's response.
+        judge: The judge's configured name, for error messages.
+        host: The endpoint's host, for error messages.
+        redact: Scrubs the API key from server-supplied text (a server may echo it).
+
+    Returns:
+        The parsed JSON body of a 2xx response; otherwise a ``JudgeError`` that says
+        whether it is retryable (429, 408, 5xx and a non-JSON 2xx body) and carries the
+        status and ``Retry-After``. A 400 that names the logprobs parameters is a
+        ``LogprobsRejectedError``.
+    """
+    status = response.status_code
+    if 200 <= status < 300:
+        try:
+            body = response.json()
+        except (ValueError, RecursionError):
+            # A proxy or a crashing server; status 200 marks it for the breaker.
+            return None, JudgeError(f"judge {judge!r}: HTTP {status} with a non-JSON "
+                                    f"body from {host}", retryable=True, status=200)
+        return body, None
+    retry_after = parse_retry_after(response.headers.get("retry-after"))
+    detail = _error_detail(response, redact)
+    if status == 429 or status == 408 or status >= 500:
+        return None, JudgeError(f"judge {judge!r}: HTTP {status} from {host}"
+                                f"{detail}", retryable=True, status=status,
+                                retry_after=retry_after)
+    hint = _NON_RETRYABLE_HINT.get(status, "client error")
+    kind = (LogprobsRejectedError if status == 400 and _names_logprobs(response)
+            else JudgeError)
+    return None, kind(f"judge {judge!r}: HTTP {status} from {host}: "
+                      f"{hint}{detail}", retryable=False, status=status)
+
+
+def _error_detail(response: httpx.Response, redact: Callable[[str], str]) -> str:
+    message = _error_fields(response).get("message")
+    return f" ({redact(str(message))[:200]})" if message else ""
+
+
+def _error_fields(response: httpx.Response) -> dict[str, Any]:
+    """The OpenAI-style ``error`` object of an error response ({} when there is none)."""
+    try:
+        body = response.json()
+    except (ValueError, RecursionError):
+        return {}
+    error = body.get("error") if isinstance(body, Mapping) else None
+    if isinstance(error, Mapping):
+        return dict(error)
+    return {"message": error} if isinstance(error, str) else {}
+
+
+def _names_logprobs(response: httpx.Response) -> bool:
+    """Whether an error response points at the logprobs parameters (param, code, message).
+
+    A body that is not an OpenAI-style error (a plain-text 400 from a small server) is
+    searched as text.
+    """
+    fields = _error_fields(response)
+    if fields:
+        texts = [v for k in ("param", "code", "message") if isinstance(v := fields.get(k), str)]
+    else:
+        texts = [response.text[:1000]]
+    return any(_LOGPROB_PARAMS.search(text) for text in texts)
