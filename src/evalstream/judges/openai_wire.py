@@ -63,13 +63,6 @@ class Usage:
     tokens_out: int = 0
     last_error: str | None = None
 
-    def add(self, other: Usage) -> None:
-        """Add another call's requests and tokens; its last error, if any, wins."""
-        self.requests += other.requests
-        self.tokens_in += other.tokens_in
-        self.tokens_out += other.tokens_out
-        self.last_error = other.last_error or self.last_error
-
 
 # --- requests -----------------------------------------------------------------------------
 
