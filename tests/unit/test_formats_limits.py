@@ -1,4 +1,5 @@
-"""What one OTLP message may cost to decode: bounded context, events and spans per message.
+"""What one OTLP message may cost to decode: bounded context, events, spans and containers
+per message.
 
 Sizes and counts are asserted (tracemalloc peaks, tuple lengths, skip counts), never time.
 """
@@ -13,9 +14,11 @@ import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from evalstream.config import InputTopic
+from evalstream.errors import DecodeError
 from evalstream.formats import genai, otlp_json, otlp_proto
 from evalstream.formats.base import Decoded
 from evalstream.formats.genai import (
+    MAX_CONTAINERS_PER_MESSAGE,
     MAX_CONTEXT_CHARS,
     MAX_CONTEXT_DOCUMENTS,
     MAX_SPANS_PER_MESSAGE,
@@ -166,6 +169,104 @@ def test_the_span_cap_spans_resources_and_scopes_and_keeps_the_first_spans(
         decoded = decode_json(raw)
     assert [int(e.span_id, 16) for e in decoded.events] == [0, 1, 2, 3]
     assert decoded.skipped == {"too_many_spans": 2}
+
+
+def _proto_empty_resources(count: int) -> bytes:
+    data = TracesData()
+    for _ in range(count):
+        data.resource_spans.add()
+    return data.SerializeToString()
+
+
+def _proto_empty_scopes(count: int) -> bytes:
+    data = TracesData()
+    resource = data.resource_spans.add()
+    for _ in range(count):
+        resource.scope_spans.add()
+    return data.SerializeToString()
+
+
+@pytest.mark.parametrize(("fmt", "raw"), [
+    # The reviewer's shapes, at the real cap: containers that hold no span never reached the
+    # span cap, so each one was walked in Python (0.7-1.5 s per MB on the event loop).
+    ("otlp_proto", _proto_empty_resources(MAX_CONTAINERS_PER_MESSAGE + 1)),
+    ("otlp_proto", _proto_empty_scopes(MAX_CONTAINERS_PER_MESSAGE)),  # + its 1 resource
+    ("otlp_json", orjson.dumps({"resourceSpans": [{}] * (MAX_CONTAINERS_PER_MESSAGE + 1)})),
+    ("otlp_json", orjson.dumps({"resourceSpans": [
+        {"scopeSpans": [{}] * MAX_CONTAINERS_PER_MESSAGE}]})),
+    # Malformed entries are containers too (they used to be walked, one bad_span each).
+    ("otlp_json", orjson.dumps({"resourceSpans": [1] * (MAX_CONTAINERS_PER_MESSAGE + 1)})),
+], ids=["proto_resources", "proto_scopes", "json_resources", "json_scopes", "json_malformed"])
+def test_a_message_of_too_many_empty_containers_is_dead_lettered(fmt: str, raw: bytes) -> None:
+    decode = decode_proto if fmt == "otlp_proto" else decode_json
+    with pytest.raises(DecodeError) as caught:
+        decode(raw)
+    assert caught.value.reason == "too_many_containers"
+    assert str(MAX_CONTAINERS_PER_MESSAGE) in str(caught.value)
+
+
+@pytest.mark.parametrize("fmt", ["otlp_json", "otlp_proto"])
+def test_the_container_cap_counts_resources_and_scopes_and_is_inclusive(
+        fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 3 resources x 1 scope x 1 chat span = 6 containers.
+    def encode(resources: int) -> bytes:
+        doc = {"resourceSpans": [{"scopeSpans": [{"spans": [chat(r)]}]}
+                                 for r in range(resources)]}
+        if fmt == "otlp_json":
+            return orjson.dumps(doc)
+        from google.protobuf import json_format
+
+        return json_format.ParseDict(_proto_ids(doc), TracesData()).SerializeToString()
+
+    decode = decode_proto if fmt == "otlp_proto" else decode_json
+    monkeypatch.setattr(genai, "MAX_CONTAINERS_PER_MESSAGE", 6)
+    decoded = decode(encode(3))
+    assert [int(e.span_id, 16) for e in decoded.events] == [0, 1, 2]
+    assert decoded.skipped == {}
+    monkeypatch.setattr(genai, "MAX_CONTAINERS_PER_MESSAGE", 5)
+    with pytest.raises(DecodeError) as caught:
+        decode(encode(3))
+    assert caught.value.reason == "too_many_containers"
+
+
+@pytest.mark.parametrize("fmt", ["otlp_json", "otlp_proto"])
+def test_past_the_span_cap_the_remaining_containers_are_bounded_too(
+        fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One span per resource: past the span cap each further resource was still walked to
+    # count its spans as too_many_spans, so the span cap alone did not bound the walk.
+    monkeypatch.setattr(genai, "MAX_SPANS_PER_MESSAGE", 2)
+    monkeypatch.setattr(otlp_json, "MAX_SPANS_PER_MESSAGE", 2)
+    monkeypatch.setattr(genai, "MAX_CONTAINERS_PER_MESSAGE", 10)
+    def encode(resources: int) -> bytes:
+        if fmt == "otlp_json":
+            return orjson.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{}]}]}]
+                                 * resources})
+        data = TracesData()
+        for _ in range(resources):
+            data.resource_spans.add().scope_spans.add().spans.add()
+        return data.SerializeToString()
+
+    decode = decode_proto if fmt == "otlp_proto" else decode_json
+    decoded = decode(encode(5))  # 10 containers: kept
+    assert decoded.skipped == {"not_genai": 2, "too_many_spans": 3}
+    with pytest.raises(DecodeError, match="resources and scopes") as caught:
+        decode(encode(6))
+    assert caught.value.reason == "too_many_containers"
+
+
+def test_the_container_cap_never_rejects_what_the_span_cap_decodes_in_full() -> None:
+    # A Collector gateway appends its senders' ResourceSpans unmerged: a batch can hold one
+    # resource and one scope per span. Only empty containers can exceed twice the spans.
+    assert MAX_CONTAINERS_PER_MESSAGE >= 2 * MAX_SPANS_PER_MESSAGE
+
+
+def test_resources_without_spans_are_not_built() -> None:
+    # A JSON resource is only resolved for spans to attribute: one without spans (or whose
+    # spans are all past the span cap) costs a length, and cannot make a bad_span.
+    raw = orjson.dumps({"resourceSpans": [{"resource": {"attributes": "not a list"}},
+                                          {"resource": {"attributes": "not a list"},
+                                           "scopeSpans": [{"spans": []}]}]})
+    assert decode_json(raw).skipped == {"empty_batch": 1}
 
 
 def _proto_ids(doc: Any) -> Any:

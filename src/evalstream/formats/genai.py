@@ -30,11 +30,12 @@ marker at all), ``not_llm`` (tool, retrieval, agent, embedding... spans), ``no_c
 spans past :data:`MAX_EVENTS_PER_MESSAGE`), ``too_many_spans`` (spans past
 :data:`MAX_SPANS_PER_MESSAGE`, not looked at); a message without any span counts once as
 ``empty_batch``. Only a message that is not OTLP at all raises ``DecodeError`` (-> dead
-letter); that is the decoders' business, not this module's.
+letter); that is the decoders' business, not this module's, except the shared bound
+:func:`check_containers` (``too_many_containers``).
 
 Work and memory per message are linear in its size: inherited context is bounded per event
 (its strings are shared between events, never copied), resource-level values are resolved
-once per resource, and the two caps bound what one message can cost whatever
+once per resource, and the caps bound what one message can cost whatever
 ``worker.max_message_bytes`` is.
 """
 
@@ -63,9 +64,10 @@ from evalstream.formats.genai_messages import (
     retrieval_documents,
 )
 
-__all__ = ["MAX_CONTEXT_CHARS", "MAX_CONTEXT_DOCUMENTS", "MAX_EVENTS_PER_MESSAGE",
-           "MAX_SPANS_PER_MESSAGE", "Attrs", "BadSpanError", "BatchBuilder", "Options",
-           "Resource", "SpanView", "record_decoder"]
+__all__ = ["MAX_CONTAINERS_PER_MESSAGE", "MAX_CONTEXT_CHARS", "MAX_CONTEXT_DOCUMENTS",
+           "MAX_EVENTS_PER_MESSAGE", "MAX_SPANS_PER_MESSAGE", "Attrs", "BadSpanError",
+           "BatchBuilder", "Options", "Resource", "SpanView", "check_containers",
+           "record_decoder"]
 
 #: Bounds on one event's ``context``. The evaluators that read it (RAG groundedness and
 #: relevancy, custom prompts) send at most ``max_chars`` (<= 200,000) of it, split between
@@ -84,6 +86,15 @@ MAX_EVENTS_PER_MESSAGE = 5_000
 #: without building anything for them. An empty span is 2 bytes of protobuf, so a 1 MB
 #: message could hold 500,000 of them, ~2.5 s of Python blocking the event loop.
 MAX_SPANS_PER_MESSAGE = 20_000
+#: Resources + scopes of one message; past it the message is dead-lettered as
+#: ``too_many_containers`` before anything is built (see :func:`check_containers`). Visiting
+#: a container costs about as much Python as an empty span, but empty containers never reach
+#: the span cap: a 1 MB message of 500,000 empty ResourceSpans took 0.8 s on the event loop.
+#: Twice the span cap because every resource or scope that holds spans holds at least one,
+#: so a message without empty containers is only rejected once it is past the span cap
+#: anyway. (A Collector gateway appends its senders' ResourceSpans unmerged, so a legitimate
+#: batch of 8,192 one-span requests holds 16,384 containers: a tighter cap would reject it.)
+MAX_CONTAINERS_PER_MESSAGE = 2 * MAX_SPANS_PER_MESSAGE
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -486,6 +497,31 @@ class BatchBuilder:
             except ValueError:  # pydantic's ValidationError; the fields are built typed
                 self.skipped["bad_span"] += 1
         return Decoded(events=events, skipped=self.skipped)
+
+
+def check_containers(resources: int, scopes: Iterable[int]) -> None:
+    """Reject a message with more than :data:`MAX_CONTAINERS_PER_MESSAGE` resources + scopes.
+
+    Args:
+        resources: how many resource containers the message holds (a length, O(1)).
+        scopes: the scope count of each resource, in order; read lazily and only until the
+            cap is passed, so checking costs at most the cap's worth of containers.
+
+    Raises:
+        DecodeError: ``too_many_containers``. Such a message is mostly empty containers,
+            or already past the span cap; it is dead-lettered whole (bytes kept, for a look
+            or a replay) rather than partly decoded.
+    """
+    cap = MAX_CONTAINERS_PER_MESSAGE
+    total = resources
+    if total <= cap:
+        for count in scopes:
+            total += count
+            if total > cap:
+                break
+    if total > cap:
+        raise DecodeError("too_many_containers",
+                          f"more than {cap} resources and scopes in one message")
 
 
 def record_decoder(topic: InputTopic,

@@ -24,6 +24,7 @@ from evalstream.formats.genai import (
     Options,
     Resource,
     SpanView,
+    check_containers,
     record_decoder,
 )
 from evalstream.formats.genai_messages import AttrGetter
@@ -131,13 +132,21 @@ def _count_spans(resource_spans: Any) -> int:
         return 1
 
 
+def _scope_count(resource_spans: Any) -> int:
+    """How many scopes one ``resourceSpans`` entry holds (0 when malformed: the walk counts
+    those as bad spans)."""
+    scopes = resource_spans.get("scopeSpans") if isinstance(resource_spans, dict) else None
+    return len(scopes) if isinstance(scopes, list) else 0
+
+
 def decode(value: bytes | str, options: Options,
            record_timestamp_ms: int | None = None) -> Decoded:
     """Decode one OTLP/JSON ``TracesData`` / ``ExportTraceServiceRequest``.
 
     Raises:
         DecodeError: ``invalid_json`` when the bytes are not JSON, ``not_otlp`` when the
-            JSON is not a trace batch (no ``resourceSpans`` list).
+            JSON is not a trace batch (no ``resourceSpans`` list), ``too_many_containers``
+            past :data:`~.genai.MAX_CONTAINERS_PER_MESSAGE`.
     """
     try:
         doc = load_json(value)
@@ -150,21 +159,29 @@ def decode(value: bytes | str, options: Options,
         raise DecodeError("not_otlp", "JSON object without resourceSpans")
     if resource_spans is not None and not isinstance(resource_spans, list):
         raise DecodeError("not_otlp", "resourceSpans is not a list")
+    if resource_spans:
+        check_containers(len(resource_spans), map(_scope_count, resource_spans))
     builder = BatchBuilder(options, record_timestamp_ms)
     add = builder.add
     for rs in resource_spans or ():
         try:
-            resource = Resource(_attrs((rs.get("resource") or {}).get("attributes")), options)
             scope_spans = [ss.get("spans") or () for ss in rs.get("scopeSpans") or ()]
             spans = [span for group in scope_spans for span in group]
         except _MALFORMED:
-            # The resource or its scopes are malformed: its spans cannot be attributed.
+            # Its scopes are malformed: its spans cannot be attributed.
             builder.add_bad(_count_spans(rs))
             continue
         if len(spans) > MAX_SPANS_PER_MESSAGE - builder.spans:
             room = builder.room()
             builder.add_excess(len(spans) - room)  # counted, not looked at
             del spans[room:]
+        if not spans:
+            continue  # nothing left to attribute to it: its resource is not worth building
+        try:
+            resource = Resource(_attrs((rs.get("resource") or {}).get("attributes")), options)
+        except _MALFORMED:
+            builder.add_bad(len(spans))  # a malformed resource: its spans cannot be attributed
+            continue
         for span in spans:
             try:
                 view = _JsonSpan(span)
