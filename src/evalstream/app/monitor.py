@@ -99,7 +99,8 @@ class DriftMonitor:
             # and stops; the alert is still queued should the caller retry.
             await self.flush(publish_alert)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self.settings.tick_s)
+                async with asyncio.timeout(self.settings.tick_s):  # not wait_for: see worker
+                    await stop.wait()
 
 
 def _solve(needed: set[tuple[float, float, float]]) -> None:

@@ -203,7 +203,8 @@ class Worker:
             deadline = min(self.settings.worker.shutdown_timeout_s,
                            self.settings.kafka.session_timeout_ms / 2000)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.committer.until_idle(tps), deadline)
+                async with asyncio.timeout(deadline):
+                    await self.committer.until_idle(tps)
         abandoned = self.tracker.pending(tps)
         await self.committer.commit(tps)
         self.tracker.revoke(tps)
@@ -229,8 +230,12 @@ class Worker:
         self._set_paused(True)
         self._freed.clear()
         if self._slots.locked():
+            # asyncio.timeout, never wait_for, in this task: on Python 3.11 wait_for drops a
+            # cancel that lands as the awaited thing finishes, and cancelling this task is
+            # how shutdown ends intake (a lost cancel hung the stop for good).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._freed.wait(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await self._freed.wait()
         # Partitions are paused, so this returns nothing, but it keeps the consumer polling
         # (aiokafka leaves the group when it is not polled for max_poll_interval_ms).
         records = await self.source.poll(0.0, 1)
@@ -463,11 +468,13 @@ class Worker:
         # 3. Flush the producer, then commit what is durable.
         if self._fatal is None:
             try:
-                await asyncio.wait_for(self.sink.flush(), _CLOSE_STEP_S)
+                async with asyncio.timeout(_CLOSE_STEP_S):
+                    await self.sink.flush()
             except Exception as exc:  # TimeoutError included: results are not durable
                 self._fail(exc)
         try:
-            await asyncio.wait_for(self.committer.commit(), _CLOSE_STEP_S)
+            async with asyncio.timeout(_CLOSE_STEP_S):
+                await self.committer.commit()
         except TimeoutError:
             log.warning("final_commit_timeout", timeout_s=_CLOSE_STEP_S)
         for task in background:
@@ -482,7 +489,8 @@ class Worker:
             task.cancel()
         for step in (self.source.stop, self.sink.stop, self.health.stop, self.pipeline.aclose):
             try:
-                await asyncio.wait_for(step(), _CLOSE_STEP_S)
+                async with asyncio.timeout(_CLOSE_STEP_S):
+                    await step()
             except Exception as exc:
                 log.warning("close_failed", step=getattr(step, "__qualname__", "?"),
                             error=str(exc) or type(exc).__name__)

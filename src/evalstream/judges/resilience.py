@@ -109,8 +109,11 @@ class CircuitBreaker:
                         self._set(CircuitState.HALF_OPEN)
                         self._probing = True
                         return True
+                    # asyncio.timeout, not wait_for: on Python 3.11 wait_for can drop the
+                    # cancel of a request whose deadline passed as the wait ended.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._cond.wait(), timeout=wait)
+                        async with asyncio.timeout(wait):
+                            await self._cond.wait()
                     continue
                 if not self._probing:
                     self._probing = True
