@@ -172,6 +172,33 @@ async def test_shutdown_does_not_hang_on_a_broker_that_stopped_answering(
     assert await task == 1  # results not known to be flushed: not a clean exit
 
 
+class _FlakyObserver(RecordingObserver):
+    """Crashes on its first run, as a bug in the drift monitor would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs = 0
+
+    async def run(self, publish_alert: PublishAlert, stop: asyncio.Event) -> None:
+        self.runs += 1
+        if self.runs == 1:
+            raise RuntimeError("observer bug")
+        await stop.wait()
+
+
+async def test_a_crashed_observer_is_restarted_not_left_dead(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_module, "_OBSERVER_BACKOFF_S", 0.01)
+    observer = _FlakyObserver()
+    worker, _, sink = build([raw(0)], observers=(observer,))
+    with structlog.testing.capture_logs() as logs:
+        async with started(worker) as task:
+            await until(lambda: observer.runs == 2 and len(sink.results) == 1)
+        assert await task == 0
+    assert [e["event"] for e in logs].count("observer_run_failed") == 1
+    assert [r.event_id for r in observer.results] == ["e0"]
+
+
 async def test_output_failure_stops_the_worker_without_committing() -> None:
     worker, source, _ = build([raw(0), raw(1)], sink=MemorySink(fail=True))
     ready = asyncio.Event()

@@ -60,6 +60,8 @@ _EXIT_FORCED = 130
 #: broker unreachable aiokafka retries commits forever, and the chart's grace period leaves
 #: 15 s past the drain. What is cut short is uncommitted, so redelivered, never lost.
 _CLOSE_STEP_S = 5.0
+_OBSERVER_BACKOFF_S = 1.0
+_OBSERVER_BACKOFF_MAX_S = 60.0
 
 
 class Worker:
@@ -418,14 +420,26 @@ class Worker:
         self.committer.progressed()
 
     async def _run_observer(self, observer: ResultObserver) -> None:
-        try:
-            await observer.run(self.outputs.alert, self._observers_stop)
-        except asyncio.CancelledError:
-            raise
-        except SinkError as exc:
-            self._fail(exc)
-        except Exception:
-            log.exception("observer_run_failed", observer=type(observer).__name__)
+        # An observer bug must not stop evaluation, nor silently stop drift alerting for
+        # the rest of the process: it is logged and the observer restarted (its state
+        # lives in the object), backing off so a bug that repeats does not spin.
+        backoff = _OBSERVER_BACKOFF_S
+        while not self._observers_stop.is_set():
+            try:
+                await observer.run(self.outputs.alert, self._observers_stop)
+                return
+            except asyncio.CancelledError:
+                raise
+            except SinkError as exc:
+                self._fail(exc)
+                return
+            except Exception:
+                log.exception("observer_run_failed", observer=type(observer).__name__,
+                              restart_in_s=backoff)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(backoff):
+                    await self._observers_stop.wait()
+            backoff = min(backoff * 2, _OBSERVER_BACKOFF_MAX_S)
 
     def _fail(self, exc: BaseException) -> None:
         """Output cannot be made durable: stop (uncommitted work is redelivered later)."""
