@@ -178,3 +178,23 @@ def test_label_mix_alert_contents() -> None:
     assert mix.threshold is not None
     assert mix.statistic > mix.threshold
     assert "most changed label 'negative'" in mix.summary
+
+
+def test_stale_resolve_resets_the_cusum_so_returning_healthy_traffic_does_not_refire() -> None:
+    settings = SETTINGS.model_copy(update={"baselines": {"refusal": 0.9},
+                                           "stale_after_s": 3600.0})
+    engine = DriftEngine(settings)
+    t = 0.0
+    for i in range(400):  # an incident: half the evaluations fail
+        t += 1
+        engine.observe(result(i % 2 == 0), t)
+    assert [a.state for a in engine.drain_alerts(t)] == ["firing"]
+    t += 4000  # a quiet night
+    [stale] = engine.drain_alerts(t)
+    assert (stale.state, "stale" in stale.summary) == ("resolved", True)
+    det = next(d for d in engine.detectors() if d.kind == "pass_rate_drop")
+    assert det.statistic == 0
+    for _ in range(200):  # traffic returns, healthy
+        t += 1
+        engine.observe(result(True), t)
+        assert engine.drain_alerts(t) == []

@@ -183,6 +183,11 @@ class Detector:
             self.firing = False
             stat = self.statistic if self.statistic is not None else 0.0
             self.pending.append(Transition("resolved", now, stat, stale=True))
+            # Start afresh: a statistic left above the threshold would re-fire on the first
+            # result, even a good one, when traffic returns (and flap on quiet streams).
+            if self.cusum is not None:
+                self.cusum.s = 0
+            self.n_since = 0
 
 
 @dataclass(slots=True)
