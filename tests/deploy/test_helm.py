@@ -180,6 +180,13 @@ def test_pod_is_hardened_and_probed(default_docs: list[Manifest]) -> None:
     assert pod["automountServiceAccountToken"] is False
 
 
+def test_rollout_replaces_before_it_surges(default_docs: list[Manifest]) -> None:
+    # /readyz needs assigned partitions; a surge pod may get none when replicas equal
+    # partitions and would never become ready, so the old pod must leave first.
+    rolling = one(default_docs, "Deployment")["spec"]["strategy"]["rollingUpdate"]
+    assert rolling == {"maxSurge": 0, "maxUnavailable": 1}
+
+
 @pytest.mark.parametrize("which", ["default", "all-on"])
 def test_grace_period_outlasts_the_worker_drain(
     which: str, request: pytest.FixtureRequest
