@@ -39,6 +39,13 @@ def create(evaluator: str, judge: str = "j", **params: Any) -> None:
     ("classifier", {"labels": {"a": "x"}}, "params.labels", "at least 2"),
     ("scorer", {"rubric": "1 bad .. 3 good", "levels": 3, "threshold": 4}, "params",
      "above levels"),
+    # A failing label listed twice would be subtracted twice (score < 0): rejected.
+    ("sentiment", {"fail_labels": ["negative", "negative"]}, "params.fail_labels",
+     "repeated: ['negative']"),
+    ("topic", {"topics": {"bank": "money"}, "fail_topics": ["other", "other"]},
+     "params.fail_topics", "repeated: ['other']"),
+    ("classifier", {"labels": {"a": "x", "b": "y"}, "fail_labels": ["a", "a"]},
+     "params.fail_labels", "repeated: ['a']"),
 ])
 def test_bad_params_name_route_and_field(evaluator: str, params: dict[str, Any], field: str,
                                          words: str) -> None:

@@ -10,7 +10,7 @@ from evalstream.config import EvaluatorSpec
 from evalstream.errors import SkipEvaluation
 from evalstream.evaluators import registry
 from evalstream.evaluators.base import Evaluator
-from evalstream.events import Message, TraceEvent
+from evalstream.events import JudgeInfo, Message, TraceEvent
 from tests.support.scripted_judge import ScriptedJudge
 
 
@@ -259,3 +259,13 @@ async def test_topic_adherence_does_not_show_the_judged_reply_as_earlier_context
     fields = dict(request.data)
     assert fields["output"] == reply
     assert reply not in fields.get("conversation", "")
+
+
+def test_label_score_counts_a_repeated_fail_label_once() -> None:
+    from evalstream.evaluators.labels import label_score
+    from evalstream.judges.base import Judgement
+
+    judgement = Judgement({"a": 0.8, "b": 0.2}, JudgeInfo(backend="x"))
+    score = label_score(judgement, ("a", "b"), ("a", "a"))
+    assert score.score == pytest.approx(0.2)
+    assert score.passed is False

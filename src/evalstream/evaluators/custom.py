@@ -20,7 +20,7 @@ from evalstream.evaluators.common import (
     conversation_of,
     render_turns,
 )
-from evalstream.evaluators.labels import LabelEvaluator
+from evalstream.evaluators.labels import LabelEvaluator, reject_repeats
 from evalstream.evaluators.registry import register
 from evalstream.evaluators.scales import scale_score
 from evalstream.events import TraceEvent
@@ -80,6 +80,7 @@ class ClassifierParams(TextParams):
         unknown = [x for x in fail if x not in (info.data.get("labels") or {})]
         if unknown:
             raise ValueError(f"unknown labels {unknown}; use names from `labels`")
+        reject_repeats(fail, "labels")
         return fail
 
 

@@ -21,9 +21,19 @@ from evalstream.events import TraceEvent
 from evalstream.judges.base import Judgement, JudgeRequest
 from evalstream.judges.scoring import normalise
 
-__all__ = ["LabelEvaluator", "Sentiment", "Topic", "label_score"]
+__all__ = ["LabelEvaluator", "Sentiment", "Topic", "label_score", "reject_repeats"]
 
 _NAME = r"^[a-z0-9][a-z0-9_-]{0,39}$"
+
+
+def reject_repeats(values: Sequence[str], what: str) -> None:
+    """Raise ``ValueError`` naming the repeated ``values`` (a config mistake, found at start-up).
+
+    A failing label listed twice would otherwise be counted twice in the score.
+    """
+    repeated = sorted({v for v in values if list(values).count(v) > 1})
+    if repeated:
+        raise ValueError(f"{what} repeated: {repeated}; list each once")
 
 
 def label_score(judgement: Judgement, options: Sequence[str], fail_labels: Sequence[str]) -> Score:
@@ -35,8 +45,11 @@ def label_score(judgement: Judgement, options: Sequence[str], fail_labels: Seque
     score: float | None = None
     passed: bool | None = None
     if fail_labels:
-        score = 1.0 - sum(probs[o] for o in fail_labels if o in probs)
-        passed = label not in fail_labels
+        # Over distinct labels: a label listed twice must not be subtracted twice (the
+        # params reject repeats, but callers of this function may not have params).
+        failing = set(fail_labels)
+        score = max(0.0, 1.0 - sum(probs[o] for o in failing if o in probs))
+        passed = label not in failing
     return Score(score=score, label=label, passed=passed, confidence=min(1.0, confidence),
                  probabilities=probs, judge=judgement.info)
 
@@ -101,6 +114,7 @@ class TopicParams(TextParams):
         unknown = [t for t in fail if t != "other" and t not in topics]
         if unknown:
             raise ValueError(f"unknown topics {unknown}; use names from `topics` or 'other'")
+        reject_repeats(fail, "topics")
         return fail
 
 
@@ -160,6 +174,7 @@ class SentimentParams(TextParams):
         unknown = [x for x in fail if x not in SENTIMENTS]
         if unknown:
             raise ValueError(f"unknown sentiments {unknown}; use {list(SENTIMENTS)}")
+        reject_repeats(fail, "sentiments")
         return fail
 
 
