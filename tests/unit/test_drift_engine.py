@@ -198,3 +198,22 @@ def test_stale_resolve_resets_the_cusum_so_returning_healthy_traffic_does_not_re
         t += 1
         engine.observe(result(True), t)
         assert engine.drain_alerts(t) == []
+
+
+def test_stationary_mix_of_more_labels_than_kept_does_not_fire() -> None:
+    # 80 labels: those past MAX_LABELS share the overflow bucket,
+    # in the baseline as in the live window, so an unchanged mix stays quiet.
+    rng = random.Random(1)
+    labels = [f"l{i}" for i in range(80)]
+    engine = DriftEngine(SETTINGS.model_copy(update={"warmup_samples": 2000,
+                                                     "watch_labels": {"cls": "l0"}}))
+    t = 1_700_000_000.0
+    alerts = []
+    for i in range(8000):
+        t += 0.1
+        engine.observe(result(None, evaluator="cls", label=rng.choice(labels)), t)
+        if i % 10 == 0:
+            alerts += engine.drain_alerts(t)
+    mix = next(d for d in engine.detectors() if d.kind == "label_mix")
+    assert mix.statistic is not None  # the test did run
+    assert [(a.kind, a.summary) for a in alerts] == []

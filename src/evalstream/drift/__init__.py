@@ -22,7 +22,7 @@ from evalstream.drift.engine import (
     format_window,
     learned_baseline,
 )
-from evalstream.drift.mix import LabelWindow, MixDetector, chi2_sf, g_test
+from evalstream.drift.mix import LabelVocabulary, LabelWindow, MixDetector, chi2_sf, g_test
 from evalstream.drift.stats import Z95, SlidingCounts, WindowStats, wilson_interval
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "CusumDesign",
     "Detector",
     "DriftEngine",
+    "LabelVocabulary",
     "LabelWindow",
     "MixDetector",
     "SlidingCounts",

@@ -17,7 +17,7 @@ from typing import Literal
 
 from evalstream.config.drift import DriftSettings, Severity
 from evalstream.drift.cusum import BernoulliCusum, CusumDesign, design_cusum, is_designed
-from evalstream.drift.mix import LabelWindow, MixDetector, MixResult, chi2_isf
+from evalstream.drift.mix import LabelVocabulary, LabelWindow, MixDetector, MixResult, chi2_isf
 from evalstream.drift.stats import SlidingCounts, WindowStats, wilson_interval
 from evalstream.events import Alert, EvalResult, stable_hash
 
@@ -259,11 +259,14 @@ class DriftEngine:
                 key.label_detector = Detector(KIND_LABEL_SHARE, route, evaluator, s,
                                               s.label_min_shift, label=label,
                                               defer=self._defer)
-                key.mix_window = LabelWindow(s.bucket_s, horizon)
+                # One vocabulary: the window and the baseline must collapse rare labels
+                # into the same overflow bucket, or the G-test compares unlike things.
+                vocabulary = LabelVocabulary()
+                key.mix_window = LabelWindow(s.bucket_s, horizon, vocabulary)
                 key.mix_detector = MixDetector(
                     route, evaluator, warmup=s.warmup_samples, alpha=s.mix_alpha,
                     resolve_p=s.mix_resolve_p, min_samples=s.min_samples,
-                    window_s=self._windows[0])
+                    window_s=self._windows[0], vocabulary=vocabulary)
             self._keys[(route, evaluator)] = key
         return key
 

@@ -15,7 +15,15 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["LabelWindow", "MixDetector", "MixResult", "chi2_isf", "chi2_sf", "g_test"]
+__all__ = [
+    "LabelVocabulary",
+    "LabelWindow",
+    "MixDetector",
+    "MixResult",
+    "chi2_isf",
+    "chi2_sf",
+    "g_test",
+]
 
 _TINY = 1e-300
 #: Labels beyond this many distinct values collapse to one bucket (bounded memory).
@@ -122,21 +130,47 @@ def g_test(counts: Counter[str], baseline: Counter[str]) -> MixResult | None:
                      share=counts.get(top, 0) / n)
 
 
-class LabelWindow:
-    """Label counts in time buckets over the last ``horizon_s`` seconds."""
+class LabelVocabulary:
+    """The first ``max_labels`` distinct labels; any later label maps to one overflow bucket.
 
-    def __init__(self, bucket_s: int, horizon_s: int) -> None:
+    A window and the baseline it is tested against must share one vocabulary: collapsing
+    labels in one and not the other makes the overflow bucket look like a brand-new label
+    and the G-test fire for good.
+    """
+
+    def __init__(self, max_labels: int = MAX_LABELS) -> None:
+        self._max = max_labels
+        self._seen: set[str] = set()
+
+    def map(self, label: str) -> str:
+        """``label`` itself if known or there is room for it, else the overflow bucket."""
+        if label not in self._seen:
+            if len(self._seen) >= self._max:
+                return _OVERFLOW
+            self._seen.add(label)
+        return label
+
+
+class LabelWindow:
+    """Label counts in time buckets over the last ``horizon_s`` seconds.
+
+    Args:
+        bucket_s: Bucket width in seconds.
+        horizon_s: Longest window ever asked for.
+        vocabulary: Bounds the distinct labels kept; share it with the ``MixDetector``
+            whose baseline this window is compared with.
+    """
+
+    def __init__(self, bucket_s: int, horizon_s: int,
+                 vocabulary: LabelVocabulary | None = None) -> None:
         self._bucket_s = bucket_s
         self._span = -(-horizon_s // bucket_s)
         self._buckets: deque[tuple[int, Counter[str]]] = deque()
-        self._seen: set[str] = set()
+        self.vocabulary = vocabulary if vocabulary is not None else LabelVocabulary()
 
     def add(self, t: float, label: str) -> None:
         """Count ``label`` at time ``t``."""
-        if label not in self._seen:
-            if len(self._seen) >= MAX_LABELS:
-                label = _OVERFLOW
-            self._seen.add(label)
+        label = self.vocabulary.map(label)
         idx = math.floor(t / self._bucket_s)
         if not self._buckets or idx > self._buckets[-1][0]:
             self._buckets.append((idx, Counter()))
@@ -158,7 +192,11 @@ class LabelWindow:
 
 @dataclass(slots=True)
 class MixDetector:
-    """Baseline mix from the first ``warmup`` labels, then a G-test at every ``check``."""
+    """Baseline mix from the first ``warmup`` labels, then a G-test at every ``check``.
+
+    ``vocabulary`` must be the one of the ``LabelWindow`` passed to ``check``, so labels
+    beyond ``MAX_LABELS`` collapse the same way in the baseline and in the live window.
+    """
 
     route: str
     evaluator: str
@@ -168,6 +206,7 @@ class MixDetector:
     min_samples: int
     window_s: int
     kind: str = "label_mix"
+    vocabulary: LabelVocabulary = field(default_factory=LabelVocabulary)
     baseline: Counter[str] = field(default_factory=Counter)
     armed: bool = False
     firing: bool = False
@@ -191,7 +230,7 @@ class MixDetector:
         """Count one label towards the baseline during warm-up."""
         self.last_seen = t
         if not self.armed:
-            self.baseline[label] += 1
+            self.baseline[self.vocabulary.map(label)] += 1
             self.armed = sum(self.baseline.values()) >= self.warmup
 
     def check(self, window: LabelWindow, now: float) -> None:
