@@ -234,3 +234,17 @@ async def test_role_adherence_cache_is_bounded() -> None:
     evaluator = make("role_adherence", judge, chatbot_role=ROLE, cache_size=3)
     await evaluator.evaluate(conversation(6)[-1])
     assert len(evaluator.memo) == 3  # type: ignore[attr-defined]
+
+
+async def test_role_adherence_pairs_a_repeated_user_message_with_its_new_reply() -> None:
+    judge = ScriptedJudge({"role_adherence": {"yes": 0.9, "no": 0.1}})
+    evaluator = make("role_adherence", judge, chatbot_role=ROLE)
+    event = TraceEvent(event_id="e", messages=(
+        Message(role="user", content="book a table for two"),
+        Message(role="assistant", content="Sorry, nothing is available.")),
+        input="book a table for two", output="Sorry, still nothing.")
+    score = await evaluator.evaluate(event)
+    assert [(r.field("user"), r.field("turn")) for r in judge.requests] == [
+        ("book a table for two", "Sorry, nothing is available."),
+        ("book a table for two", "Sorry, still nothing.")]
+    assert score.details["turns"][-1]["index"] == 3  # the repeat is turn 2, its reply turn 3

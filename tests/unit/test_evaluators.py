@@ -269,3 +269,27 @@ def test_label_score_counts_a_repeated_fail_label_once() -> None:
     score = label_score(judgement, ("a", "b"), ("a", "a"))
     assert score.score == pytest.approx(0.2)
     assert score.passed is False
+
+
+async def test_frustration_conversation_keeps_a_user_message_repeated_word_for_word() -> None:
+    # The user repeats themselves after the assistant answered: that repeat is a turn of its
+    # own (a frustration signal), not the decoder echoing the last user message.
+    judge = ScriptedJudge({"frustration": {"1": 1.0}})
+    evaluator = make("frustration", judge, source="conversation")
+    asked = "I need a table for two at eight tonight"
+    event = ev(messages=(Message(role="user", content=asked),
+                         Message(role="assistant", content="Sorry, nothing is available.")),
+               input=asked)
+    await evaluator.evaluate(event)
+    assert judge.requests[0].data == (("text", f"user: {asked}\nassistant: Sorry, nothing is "
+                                               f"available.\nuser: {asked}"),)
+
+
+async def test_conversation_does_not_repeat_an_input_the_decoder_already_put_last() -> None:
+    judge = ScriptedJudge({"frustration": {"1": 1.0}})
+    evaluator = make("frustration", judge, source="conversation")
+    event = ev(messages=(Message(role="assistant", content="Hi"),
+                         Message(role="user", content="Book a table")),
+               input="Book a table")
+    await evaluator.evaluate(event)
+    assert judge.requests[0].data == (("text", "assistant: Hi\nuser: Book a table"),)

@@ -79,10 +79,17 @@ def conversation_of(event: TraceEvent, *, include_output: bool = True) -> list[M
 
     Decoders put the whole history in ``messages``; some also repeat the last user message
     there, so ``input``/``output`` are appended only when they are not the last turns already.
+    Only the last turn (or the last two, when they are this input and this output) counts: a
+    user who repeats an earlier message word for word after the assistant answered has said it
+    again (often a sign of frustration), so the repeat is kept as a turn of its own.
     """
     turns = [m for m in event.messages if m.role in ("user", "assistant")]
-    last_user = next((m.content for m in reversed(turns) if m.role == "user"), None)
-    if event.input and last_user != event.input:
+    tail = turns[-1:]
+    if (event.output and len(turns) >= 2 and turns[-1].role == "assistant"
+            and turns[-1].content == event.output):
+        tail = turns[-2:-1]  # the history ends with this exchange: input, then output
+    input_is_last = bool(tail and tail[0].role == "user" and tail[0].content == event.input)
+    if event.input and not input_is_last:
         turns.append(Message(role="user", content=event.input))
     output_is_last = bool(
         event.output and turns and turns[-1].role == "assistant"
