@@ -110,11 +110,23 @@ class HealthServer:
 
 
 async def watch_lag(source: Source, metrics: Metrics, interval_s: float = 1.0) -> None:
-    """Refresh the consumer-lag gauges every ``interval_s`` until cancelled."""
+    """Refresh the consumer-lag gauges every ``interval_s`` until cancelled.
+
+    A partition revoked by a rebalance loses its series: its lag is now reported by the
+    replica that took it, and a frozen last value here would double-count in sums and keep
+    lag alerts firing.
+    """
+    exported: set[tuple[str, str]] = set()
     while True:
         try:
-            for (topic, partition), lag in (await source.lag()).items():
-                metrics.consumer_lag.labels(topic, str(partition)).set(lag)
+            current = {(topic, str(partition)): lag
+                       for (topic, partition), lag in (await source.lag()).items()}
+            for labels, lag in current.items():
+                metrics.consumer_lag.labels(*labels).set(lag)
+            for labels in exported - current.keys():
+                with contextlib.suppress(KeyError):
+                    metrics.consumer_lag.remove(*labels)
+            exported = set(current)
         except Exception as exc:  # lag is informational; never stop for it
             log.debug("lag_failed", error=str(exc))
         await asyncio.sleep(interval_s)
