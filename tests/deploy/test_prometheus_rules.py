@@ -56,6 +56,7 @@ def test_unit_tests_cover_spike_quiet_and_small_sample() -> None:
 @pytest.mark.parametrize("guard", [
     "and route:evalstream_topic_labels:increase5m >= 30",
     "and route_evaluator:evalstream_evaluations:increase5m >= 30",
+    "and (route:evalstream_topic_labels:increase1h offset 5m) >= 100",
 ])
 def test_small_sample_tests_fail_without_the_minimum_n_guard(tmp_path: Path, guard: str) -> None:
     text = RULES.read_text(encoding="utf-8")
