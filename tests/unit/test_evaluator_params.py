@@ -71,3 +71,37 @@ def test_every_evaluator_is_registered() -> None:
         "question_clarity", "toxicity", "text_similarity", "summarization", "classifier",
         "scorer"}
     assert [name for name, summary in registry.describe() if not summary] == []
+
+
+@pytest.mark.parametrize(("evaluator", "params"), [
+    ("groundedness", {}),
+    ("answer_relevancy", {}),
+    ("context_relevancy", {}),
+    ("question_clarity", {}),
+    ("text_similarity", {}),
+    ("classifier", {"labels": {"a": "x", "b": "y"}}),
+    ("scorer", {"rubric": "1 bad .. 5 good"}),
+])
+def test_an_evaluator_the_builtin_judge_cannot_answer_fails_at_start_up(
+        evaluator: str, params: dict[str, Any]) -> None:
+    # The builtin judge is the default: without this check the config passed check-config
+    # and then every result was an error.
+    from evalstream.judges.builtin import BuiltinJudge
+
+    with pytest.raises(ConfigError) as info:
+        registry.create(EvaluatorSpec(evaluator=evaluator, params=params),
+                        {"builtin": BuiltinJudge()}, where=WHERE)
+    message = str(info.value)
+    assert message.startswith(f"{WHERE} ({evaluator}).judge: judge 'builtin' cannot answer "
+                              f"'{evaluator}'")
+    assert "configure an LLM judge" in message
+
+
+@pytest.mark.parametrize("evaluator", [
+    "refusal", "sentiment", "toxicity", "frustration", "prompt_injection", "summarization",
+    "role_violation"])
+def test_evaluators_the_builtin_judge_answers_still_build(evaluator: str) -> None:
+    from evalstream.judges.builtin import BuiltinJudge
+
+    registry.create(EvaluatorSpec(evaluator=evaluator), {"builtin": BuiltinJudge()},
+                    where=WHERE)

@@ -187,7 +187,8 @@ async def test_rag_yes_no(name: str, fields: dict[str, Any], data: tuple[Any, ..
 
 async def test_groundedness_skips_without_context() -> None:
     with pytest.raises(SkipEvaluation, match="no_context"):
-        await make("groundedness", ScriptedJudge({})).evaluate(ev(output="x"))
+        await make("groundedness", ScriptedJudge({"groundedness": {"yes": 1.0}})
+                   ).evaluate(ev(output="x"))
 
 
 async def test_summarization_generates() -> None:

@@ -81,6 +81,17 @@ class Evaluator(abc.ABC, Generic[P]):
         """The closed set of labels this evaluator can emit (bounds metric labels)."""
         return ()
 
+    def judge_tasks(self) -> tuple[str, ...]:
+        """The ``judge`` (closed-question) tasks this evaluator asks its judge.
+
+        Checked against ``Judge.supports`` when the evaluator is built, so a config the judge
+        cannot run fails at start-up instead of turning every result into an error.
+        Optional ``generate`` requests (reasons, sections) are not listed: a judge that
+        cannot answer them degrades gracefully. By convention an evaluator asks the task named
+        after itself (``refusal`` asks ``refusal``); generate-only evaluators return ``()``.
+        """
+        return (self.name,)
+
     @abc.abstractmethod
     async def evaluate(self, event: TraceEvent) -> Score:
         """Score one event."""

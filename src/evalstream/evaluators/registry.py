@@ -64,7 +64,9 @@ def create(spec: EvaluatorSpec, judges: Mapping[str, Judge], *, where: str) -> E
             at the front of every error so the user can find the field.
 
     Raises:
-        ConfigError: unknown evaluator or judge, or invalid params (naming the field).
+        ConfigError: unknown evaluator or judge, invalid params (naming the field), or a
+            judge that cannot answer the evaluator's task (the builtin judge answers a fixed
+            set; everything else needs an LLM judge).
     """
     try:
         cls = get(spec.evaluator)
@@ -81,7 +83,16 @@ def create(spec: EvaluatorSpec, judges: Mapping[str, Judge], *, where: str) -> E
     judge = judges.get(spec.judge)
     if judge is None:
         raise ConfigError(f"{where}.judge: no judge named {spec.judge!r}")
-    return cls(spec, params, judge)
+    evaluator = cls(spec, params, judge)
+    missing = [task for task in evaluator.judge_tasks() if not judge.supports(task)]
+    if missing:
+        # Caught here, a config the judge cannot run fails at start-up (and in check-config)
+        # instead of turning every result into an error at run time.
+        raise ConfigError(
+            f"{where} ({spec.label}).judge: judge {spec.judge!r} cannot answer "
+            f"{', '.join(repr(t) for t in missing)}; configure an LLM judge under `judges:` "
+            f"and set `judge: <its name>` on this evaluator")
+    return evaluator
 
 
 Factory = Callable[[EvaluatorSpec, Mapping[str, Judge]], Evaluator[Any]]

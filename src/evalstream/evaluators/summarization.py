@@ -34,6 +34,10 @@ class Summarization(Evaluator[SummarizationParams]):
     params_model = SummarizationParams
     summary = "input+output (conversation) -> a short PII-free summary (details.summary)"
 
+    def judge_tasks(self) -> tuple[str, ...]:
+        """None: a summary is a ``generate`` request, which every judge answers."""
+        return ()
+
     async def evaluate(self, event: TraceEvent) -> Score:
         """One generate request."""
         turns = conversation_of(event)
