@@ -46,6 +46,9 @@ def create(evaluator: str, judge: str = "j", **params: Any) -> None:
      "params.fail_topics", "repeated: ['other']"),
     ("classifier", {"labels": {"a": "x", "b": "y"}, "fail_labels": ["a", "a"]},
      "params.fail_labels", "repeated: ['a']"),
+    # Judges fold case when reading an answer: these two labels would collapse into one.
+    ("classifier", {"labels": {"Yes": "agrees", "yes": "agrees weakly", "no": "n"}},
+     "params.labels", "[['Yes', 'yes']] differ only in case"),
 ])
 def test_bad_params_name_route_and_field(evaluator: str, params: dict[str, Any], field: str,
                                          words: str) -> None:

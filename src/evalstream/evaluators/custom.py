@@ -25,6 +25,7 @@ from evalstream.evaluators.registry import register
 from evalstream.evaluators.scales import scale_score
 from evalstream.events import TraceEvent
 from evalstream.judges.base import JudgeRequest
+from evalstream.judges.logprobs import fold
 
 __all__ = ["Classifier", "ClassifierParams", "Scorer", "ScorerParams", "event_fields"]
 
@@ -72,6 +73,15 @@ class ClassifierParams(TextParams):
         bad = [n for n in labels if not _LABEL.match(n)]
         if bad:
             raise ValueError(f"label names {bad} must be letters, digits, _ or - (at most 40)")
+        # Judges match answers to labels case-insensitively (``fold``), so "Yes" and "yes"
+        # would collapse into one label: reject them here instead.
+        by_fold: dict[str, list[str]] = {}
+        for name in labels:
+            by_fold.setdefault(fold(name), []).append(name)
+        clashes = [names for names in by_fold.values() if len(names) > 1]
+        if clashes:
+            raise ValueError(f"label names {clashes} differ only in case; judges read answers "
+                             "case-insensitively, so give each label a distinct name")
         return labels
 
     @field_validator("fail_labels")
