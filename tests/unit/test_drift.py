@@ -207,6 +207,9 @@ def test_settings_reject_bad_values() -> None:
         DriftSettings(baselines={"r/e": 1.0})
     with pytest.raises(ValueError, match="multiple of bucket_s"):
         DriftSettings(windows_s=[305], bucket_s=10)
+    # The statistic is never negative: at 0 a firing alert could never resolve.
+    with pytest.raises(ValueError, match=r"resolve_ratio\n.*greater than 0"):
+        DriftSettings(resolve_ratio=0.0)
 
 
 @pytest.mark.parametrize(("x", "df", "p"), [

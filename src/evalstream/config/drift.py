@@ -55,8 +55,9 @@ class DriftSettings(BaseModel):
     #: No alert before the detector has seen this many evaluations after the baseline.
     min_detect_samples: int = Field(default=50, ge=1)
     #: Hysteresis: a firing alert resolves when the statistic falls below this share of
-    #: the threshold ...
-    resolve_ratio: float = Field(default=0.5, ge=0.0, lt=1.0)
+    #: the threshold (above 0: the statistic is never below 0, so 0 would never resolve)
+    #: ...
+    resolve_ratio: float = Field(default=0.5, gt=0.0, lt=1.0)
     #: ... and while firing the statistic is capped at this multiple of the threshold, so
     #: a long incident resolves in bounded time once the pass rate recovers.
     cap_ratio: float = Field(default=1.5, ge=1.0)
