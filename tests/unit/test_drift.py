@@ -16,6 +16,7 @@ from evalstream.drift import (
     SlidingCounts,
     average_run_length,
     chi2_sf,
+    cusum,
     design_cusum,
     format_window,
     g_test,
@@ -296,3 +297,20 @@ def test_deferred_design_replays_what_it_saw_while_waiting() -> None:
         (tr.state, tr.at) for tr in eager.pending]
     assert lazy.pending
     assert lazy.pending[0].state == "firing"
+
+
+class _ClearedAfterLookup(dict[tuple[float, float, float], object]):
+    """A cache the solver thread empties right after the loop's membership check."""
+
+    def __contains__(self, key: object) -> bool:
+        found = super().__contains__(key)
+        self.clear()
+        return found
+
+
+def test_design_cache_survives_a_clear_from_another_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    design = design_cusum(0.1, 0.1, 1e5)
+    racy = _ClearedAfterLookup({cusum._key(0.1, 0.1, 1e5): design})
+    monkeypatch.setattr(cusum, "_CACHE", racy)
+    assert design_cusum(0.1, 0.1, 1e5) == design  # not a KeyError

@@ -22,6 +22,7 @@ __all__ = [
     "BernoulliCusum",
     "CusumDesign",
     "average_run_length",
+    "cached_design",
     "design_cusum",
     "is_designed",
 ]
@@ -142,16 +143,35 @@ def design_cusum(p0: float, shift: float, arl0: float) -> CusumDesign | None:
         The design, or ``None`` when ``p0`` leaves no room for the rise (p0 + shift >= 1).
     """
     key = _key(p0, shift, arl0)
-    if key not in _CACHE:
+    found, design = _lookup(key)
+    if not found:
+        design = None if key[1] >= 0.999 else _design(*key)
         if len(_CACHE) >= _CACHE_SIZE:
             _CACHE.clear()
-        _CACHE[key] = None if key[1] >= 0.999 else _design(*key)
-    return _CACHE[key]
+        _CACHE[key] = design
+    return design
+
+
+def cached_design(p0: float, shift: float, arl0: float) -> tuple[bool, CusumDesign | None]:
+    """``(True, design_cusum(...))`` if that answer is cached, else ``(False, None)``.
+
+    Never solves: the event loop uses it so that only the monitor's thread pays for a solve.
+    """
+    return _lookup(_key(p0, shift, arl0))
 
 
 def is_designed(p0: float, shift: float, arl0: float) -> bool:
     """True when ``design_cusum`` would answer from its cache (no solve needed)."""
     return _key(p0, shift, arl0) in _CACHE
+
+
+def _lookup(key: tuple[float, float, float]) -> tuple[bool, CusumDesign | None]:
+    # One dict operation, never "in" then "[]": the monitor's solver thread may clear the
+    # cache between the two, and the loop would get a KeyError.
+    try:
+        return True, _CACHE[key]
+    except KeyError:
+        return False, None
 
 
 def _key(p0: float, shift: float, arl0: float) -> tuple[float, float, float]:
