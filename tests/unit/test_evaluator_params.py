@@ -28,7 +28,9 @@ def create(evaluator: str, judge: str = "j", **params: Any) -> None:
     ("role_adherence", {}, "params", "chatbot_role is required"),
     ("role_adherence", {"chatbot_role": "x" * 10, "threshold": "high"}, "params.threshold",
      "valid number"),
-    ("role_violation", {"threshold": 101}, "params.threshold", "less than or equal to 100"),
+    # Conformance is p x 100 and no judge is certain: the seed's default 100 never passes.
+    ("role_violation", {"threshold": 100}, "params.threshold", "can never pass"),
+    ("role_violation", {"threshold": 99.5}, "params.threshold", "use at most 99"),
     ("topic", {}, "params.topics", "Field required"),
     ("topic", {"topics": {}}, "params.topics", "at least 1"),
     ("topic", {"topics": {"Billing Stuff": "x"}}, "params.topics", "lower-case"),

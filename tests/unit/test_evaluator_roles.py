@@ -78,7 +78,7 @@ async def test_role_violation_failure_names_sections() -> None:
     judge = ScriptedJudge({"role_violation": {"yes": 0.2, "no": 0.8}},
                           generate={"role_extraction": extraction(),
                                     "role_violation_sections": ("", sections)})
-    score = await make("role_violation", judge, threshold=100).evaluate(
+    score = await make("role_violation", judge, threshold=90).evaluate(
         TraceEvent(event_id="e", system_prompt=PROMPT,
                    output="Soup is nice. Take two aspirin."))
     assert score.passed is False
@@ -248,3 +248,51 @@ async def test_role_adherence_pairs_a_repeated_user_message_with_its_new_reply()
         ("book a table for two", "Sorry, nothing is available."),
         ("book a table for two", "Sorry, still nothing.")]
     assert score.details["turns"][-1]["index"] == 3  # the repeat is turn 2, its reply turn 3
+
+
+async def test_role_violation_configured_behaviours_replace_the_extracted_ones() -> None:
+    judge = ScriptedJudge({"role_violation": {"yes": 0.9, "no": 0.1}},
+                          generate={"role_extraction": extraction()})
+    evaluator = make("role_violation", judge, behaviours=["Never mention prices"])
+    score = await evaluator.evaluate(TraceEvent(event_id="e", system_prompt=PROMPT,
+                                                output="Soup is nice."))
+    assert score.details["extracted_role"] == "cooking assistant"  # still from the prompt
+    assert score.details["extracted_behaviours"] == ["Never mention prices"]
+    assert judge.requests[0].field("role") == (
+        "Role: cooking assistant\nRules:\n1. Never mention prices")
+
+
+async def test_role_violation_behaviours_alone_need_no_prompt() -> None:
+    from evalstream.judges.builtin import BuiltinJudge
+
+    spec = EvaluatorSpec(evaluator="role_violation",
+                         params={"behaviours": ["Reply in uppercase only."]})
+    evaluator = registry.create(spec, {"builtin": BuiltinJudge()}, where="r")
+    ok = await evaluator.evaluate(TraceEvent(event_id="e", output="YOUR BALANCE IS FINE"))
+    bad = await evaluator.evaluate(TraceEvent(event_id="e", output="your balance is fine"))
+    assert (ok.passed, bad.passed) == (True, False)
+    assert ok.details["extracted_role"] == ""
+    assert ok.details["extracted_behaviours"] == ["Reply in uppercase only."]
+
+
+@pytest.mark.parametrize("prompt", ["...", "!!!", "---"])
+async def test_role_violation_skips_a_prompt_without_words(prompt: str) -> None:
+    # Was JudgeUnsupportedError ("needs hint 'role'") on the builtin judge: an error result.
+    from evalstream.judges.builtin import BuiltinJudge
+
+    evaluator = registry.create(EvaluatorSpec(evaluator="role_violation"),
+                                {"builtin": BuiltinJudge()}, where="r")
+    with pytest.raises(SkipEvaluation, match="no_role"):
+        await evaluator.evaluate(TraceEvent(event_id="e", system_prompt=prompt, output="hi"))
+
+
+async def test_role_violation_strict_threshold_can_pass_on_the_builtin_judge() -> None:
+    # The builtin judge gives 95 to an output that keeps every checkable rule.
+    from evalstream.judges.builtin import BuiltinJudge
+
+    spec = EvaluatorSpec(evaluator="role_violation", params={
+        "expected_role": "bank assistant", "behaviours": ["Reply in uppercase only."],
+        "threshold": 95})
+    evaluator = registry.create(spec, {"builtin": BuiltinJudge()}, where="r")
+    score = await evaluator.evaluate(TraceEvent(event_id="e", output="YOUR BALANCE IS FINE"))
+    assert score.passed is True

@@ -2,8 +2,11 @@
 
 The role and its behaviour rules are extracted from the system prompt once per distinct
 prompt (a ``role_extraction`` generate request, cached by the prompt's hash) or taken from
-``expected_role``/``behaviours`` in the config. Each output then costs one yes/no request
-("does it conform?"); ``raw_score`` is conformance 0-100 and ``score`` its 0-1 probability.
+``expected_role``/``behaviours`` in the config. Configured ``behaviours`` replace the
+extracted ones; with ``behaviours`` alone the role is still extracted from the prompt when
+there is one, and otherwise left empty (the rules alone drive the check). Each output then
+costs one yes/no request ("does it conform?"); ``raw_score`` is conformance 0-100 and
+``score`` its 0-1 probability; ``threshold`` is at most 99 (see the params).
 When an output fails, a second request (LLM judges only) names the affected sections.
 """
 
@@ -12,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from evalstream.config import EvaluatorSpec
 from evalstream.errors import (
@@ -60,20 +63,34 @@ _MAX_BEHAVIOURS = 12
 
 
 class RoleViolationParams(TextParams):
-    """Conformance threshold on 0-100 (``passed`` when conformance >= threshold).
+    """Conformance threshold on 0-99 (``passed`` when conformance >= threshold).
 
     The seed product's default threshold is 100 on a count of violated behaviours; here
-    conformance is a probability x 100, so the default is 50 (more likely conforming than
-    not). Raise it for stricter gating.
+    conformance is the judge's probability that the output conforms x 100, so the default
+    is 50 (more likely conforming than not). Raise it for stricter gating, up to 99: a
+    judge is never fully certain (the builtin judge answers at most 0.99, and 0.95 for an
+    output that keeps every checkable rule), so a threshold of 100 could never pass and is
+    rejected. With the builtin judge, 95 is the strictest useful threshold.
     """
 
     expected_role: str | None = Field(default=None, min_length=3)
-    #: Behaviour rules; when omitted they are extracted from ``expected_role`` or the prompt.
+    #: Behaviour rules; they replace the ones extracted from ``expected_role`` or the prompt.
     behaviours: list[str] | None = Field(default=None, min_length=1, max_length=_MAX_BEHAVIOURS)
-    threshold: float = Field(default=50.0, ge=0.0, le=100.0)
+    #: Minimum conformance (probability x 100) to pass, 0-99.
+    threshold: float = Field(default=50.0, ge=0.0)
     #: On failure, ask which output sections break which behaviours (a second request).
     sections: bool = True
     cache_size: int = Field(default=1024, ge=1)
+
+    @field_validator("threshold")
+    @classmethod
+    def _reachable(cls, threshold: float) -> float:
+        if threshold > 99.0:
+            raise ValueError(
+                f"threshold {threshold:g} can never pass: it is the judge's probability that "
+                "the output conforms x 100 (not the seed's 100 = no violations), and a judge "
+                "is never fully certain; use at most 99 (e.g. 90 for strict gating)")
+        return threshold
 
 
 def parse_role(value: Any, text: str) -> tuple[str, list[str]]:
@@ -123,6 +140,10 @@ def parse_sections(value: Any, text: str) -> list[dict[str, Any]] | None:
     return sections[:10]
 
 
+def _has_words(text: str) -> bool:
+    return any(c.isalnum() for c in text)
+
+
 @register
 class RoleViolation(Evaluator[RoleViolationParams]):
     """output + system prompt (or expected_role) -> conformance 0-100 with affected sections."""
@@ -157,18 +178,29 @@ class RoleViolation(Evaluator[RoleViolationParams]):
             return p.expected_role, list(p.behaviours), None
         source = p.expected_role or event.system_prompt
         if source is None or not source.strip():
+            if p.behaviours is not None:
+                return "", list(p.behaviours), None  # the configured rules alone
             raise SkipEvaluation("no_role")
         (role, behaviours, generation), hit = await self.roles.get_or_compute(
             stable_hash("role", source), lambda: self._extract(source))
         if p.expected_role is not None:
             role = p.expected_role
+        if p.behaviours is not None:
+            behaviours = list(p.behaviours)  # configured rules replace the extracted ones
+        if not _has_words(role) and not behaviours:
+            # A prompt of punctuation ("...") yields neither a role nor a rule: nothing to
+            # check the output against.
+            raise SkipEvaluation("no_role")
         # Only the evaluation that ran the extraction is charged for it.
         return role, behaviours, None if hit else generation
 
     def request(self, event: TraceEvent, role: str, behaviours: list[str]) -> JudgeRequest:
         """The one conformance request."""
         rules = "\n".join(f"{i}. {b}" for i, b in enumerate(behaviours, 1))
-        spec = f"Role: {role}\nRules:\n{rules}" if rules else f"Role: {role}"
+        lines = [f"Role: {role}"] if role.strip() else []
+        if rules:
+            lines.append(f"Rules:\n{rules}")
+        spec = "\n".join(lines)
         data: list[tuple[str, str]] = []
         instructions = INSTRUCTIONS
         if self.params.expected_role is not None and self.params.behaviours is not None:

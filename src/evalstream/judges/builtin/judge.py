@@ -98,6 +98,8 @@ def _behaviours(request: JudgeRequest) -> tuple[str, ...]:
 def _role_violation(request: JudgeRequest) -> tuple[dict[str, float], str]:
     system_prompt = request.field("system_prompt")
     role = _hint_str(request, "role") or system_prompt
+    if role is None and _behaviours(request):
+        role = ""  # configured behaviour rules alone drive the check
     if role is None:
         raise JudgeUnsupportedError("builtin judge: role_violation needs hint 'role'")
     return score_role(_required(request, "output"), role, system_prompt=system_prompt,
