@@ -294,3 +294,16 @@ async def test_conversation_does_not_repeat_an_input_the_decoder_already_put_las
                input="Book a table")
     await evaluator.evaluate(event)
     assert judge.requests[0].data == (("text", "assistant: Hi\nuser: Book a table"),)
+
+
+@pytest.mark.parametrize("name", ["groundedness", "context_relevancy"])
+@pytest.mark.parametrize(("chunks", "size"), [(2000, 400), (3, 3000), (30, 150)])
+async def test_rag_context_stays_within_max_chars(name: str, chunks: int, size: int) -> None:
+    # Every chunk kept >= 200 chars, so 2,000 chunks sent ~410k chars with max_chars=4000.
+    judge = ScriptedJudge({name: {"yes": 1.0}})
+    context = tuple(f"chunk{i} " + "x" * size for i in range(chunks))
+    await make(name, judge).evaluate(ev(input="q", output="a", context=context))
+    sent = judge.requests[0].field("context") or ""
+    assert len(sent) <= 4000
+    assert sent.startswith("chunk0 ")  # the first (most relevant) chunk is kept
+    assert len(sent) > 3000  # and the budget is used, not wasted

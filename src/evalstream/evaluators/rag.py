@@ -21,6 +21,8 @@ from evalstream.judges.base import JudgeRequest
 
 __all__ = ["AnswerRelevancy", "ContextRelevancy", "Groundedness", "YesNoEvaluator"]
 
+_SEPARATOR = "\n---\n"
+
 
 class YesNoEvaluator(Evaluator[BinaryParams]):
     """A yes/no question where yes is good; subclasses give the wording and data."""
@@ -41,10 +43,26 @@ class YesNoEvaluator(Evaluator[BinaryParams]):
         raise NotImplementedError
 
     def _context(self, event: TraceEvent) -> str:
-        if not any(c.strip() for c in event.context):
+        """The chunks, each clipped to a fair share, within ``max_chars`` in all.
+
+        Each chunk keeps at least 200 characters (less says nothing), so with many chunks
+        only the first ones fit: retrievers rank the most relevant first. Without the overall
+        cap 2,000 chunks sent about 400k characters whatever ``max_chars`` said.
+        """
+        chunks = [c for c in event.context if c.strip()]
+        if not chunks:
             require(None, "no_context")
-        per = max(200, self.params.max_chars // max(1, len(event.context)))
-        return "\n---\n".join(clip(c, per) for c in event.context if c.strip())
+        budget = self.params.max_chars
+        per = max(200, budget // len(chunks))
+        parts: list[str] = []
+        used = 0
+        for chunk in chunks:
+            part = clip(chunk, min(per, budget - used))
+            parts.append(part)
+            used += len(part) + len(_SEPARATOR)
+            if used >= budget - 100:  # no room left for a useful piece of another chunk
+                break
+        return clip(_SEPARATOR.join(parts), budget)
 
     async def evaluate(self, event: TraceEvent) -> Score:
         """One request; score = p(yes)."""
