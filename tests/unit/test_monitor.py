@@ -12,6 +12,8 @@ from evalstream.app.monitor import DriftMonitor, build_monitor
 from evalstream.app.observers import ResultObserver
 from evalstream.config import Settings
 from evalstream.config.drift import DriftSettings
+from evalstream.drift import design_cusum
+from evalstream.drift.cusum import is_designed
 from evalstream.events import Alert, EvalResult
 from evalstream.metrics import Metrics
 
@@ -130,6 +132,8 @@ async def test_failed_publish_keeps_the_alert_queued() -> None:
                            Metrics(), FakeClock())
     for _ in range(50):
         monitor.observe(result(False))
+    for needed in monitor.engine.designs_needed():  # run() solves these in a thread
+        design_cusum(*needed)
     assert [a.state for a in monitor.tick()] == ["firing"]
 
     async def broken(alert: Alert) -> None:
@@ -145,3 +149,22 @@ async def test_failed_publish_keeps_the_alert_queued() -> None:
     await monitor.flush(ok)
     assert [a.state for a in sent] == ["firing"]
     assert monitor.tick() == []
+
+
+def test_tick_never_solves_a_design_on_the_event_loop() -> None:
+    # An ARL0 no other test uses, so the design is not cached: it became needed while the
+    # solver thread was busy. tick() leaves it to the thread's next round.
+    settings = SETTINGS.model_copy(update={"arl0": 76_543.0})
+    monitor = DriftMonitor(settings, Metrics(), FakeClock())
+    for i in range(150):  # warm-up at 100%, then failures
+        monitor.observe(result(i < 100))
+    [needed] = monitor.engine.designs_needed()
+    monitor.tick()
+    assert not is_designed(*needed)
+    assert monitor.engine.designs_needed() == {needed}
+    design_cusum(*needed)  # what the thread does
+    monitor.tick()
+    assert monitor.engine.designs_needed() == set()
+    det = next(iter(monitor.engine.detectors()))
+    assert det.statistic is not None  # armed, and the 50 outcomes seen meanwhile replayed
+    assert det.statistic > 0

@@ -55,7 +55,11 @@ class DriftMonitor:
         self.engine.observe(result, self._clock())
 
     def tick(self) -> list[Alert]:
-        """Refresh every gauge and return the alerts waiting to be published."""
+        """Refresh every gauge and return the alerts waiting to be published.
+
+        Detectors whose CUSUM design is not solved yet stay unarmed: ``run`` solves them in
+        a thread before the next tick, never here on the event loop.
+        """
         now = self._clock()
         m = self.metrics
         self.engine.arm_pending()

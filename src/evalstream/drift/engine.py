@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from evalstream.config.drift import DriftSettings, Severity
-from evalstream.drift.cusum import BernoulliCusum, CusumDesign, design_cusum, is_designed
+from evalstream.drift.cusum import BernoulliCusum, CusumDesign, cached_design, design_cusum
 from evalstream.drift.mix import LabelVocabulary, LabelWindow, MixDetector, MixResult, chi2_isf
 from evalstream.drift.stats import SlidingCounts, WindowStats, wilson_interval
 from evalstream.events import Alert, EvalResult, stable_hash
@@ -68,9 +68,10 @@ class Detector:
     ``label_share``). The baseline probability of a bad outcome is learned from the first
     ``warmup_samples`` observations unless configured.
 
-    With ``defer`` set, a CUSUM design that is not cached yet is not computed in
-    ``observe`` (the worker's hot path): the detector waits for ``arm_pending`` and keeps
-    the outcomes seen meanwhile, which are replayed in order once it is armed.
+    With ``defer`` set, a CUSUM design that is not cached yet is never computed here
+    (``observe`` is the worker's hot path, ``arm_pending`` runs on its event loop): the
+    detector waits until someone else (the monitor's thread) has solved it, keeping the
+    outcomes seen meanwhile, which ``arm_pending`` replays in order once it is armed.
     """
 
     kind: str
@@ -100,10 +101,14 @@ class Detector:
             self._arm_or_wait(self.baseline_bad, self.baseline_bad)
 
     def _arm_or_wait(self, baseline_bad: float, design_bad: float) -> None:
-        if self.defer and not is_designed(design_bad, self.shift, self.settings.arl0):
-            self.baseline_bad, self.design_bad = baseline_bad, design_bad
+        if not self.defer:
+            self._arm(baseline_bad, design_cusum(design_bad, self.shift, self.settings.arl0))
             return
-        self._arm(baseline_bad, design_bad)
+        found, design = cached_design(design_bad, self.shift, self.settings.arl0)
+        if found:
+            self._arm(baseline_bad, design)
+        else:
+            self.baseline_bad, self.design_bad = baseline_bad, design_bad
 
     @property
     def awaiting_design(self) -> tuple[float, float, float] | None:
@@ -113,20 +118,26 @@ class Detector:
         return None
 
     def arm_pending(self) -> None:
-        """Arm a detector waiting for its design and replay the outcomes seen meanwhile."""
-        if self.awaiting_design is None or self.baseline_bad is None:
+        """Arm a detector whose awaited design is now cached; replay what it saw meanwhile.
+
+        A design still not cached is left for the next call: solving it here could block
+        the event loop for most of a second.
+        """
+        needed = self.awaiting_design
+        if needed is None or self.baseline_bad is None:
             return
-        self._arm(self.baseline_bad, self.design_bad)
+        found, design = cached_design(*needed)
+        if not found:
+            return
+        self._arm(self.baseline_bad, design)
         self.design_bad = None
         while self.backlog:
             bad, t = self.backlog.popleft()
             if self.cusum is not None:
                 self._step(bad, t)
 
-    def _arm(self, baseline_bad: float, design_bad: float | None = None) -> None:
+    def _arm(self, baseline_bad: float, design: CusumDesign | None) -> None:
         self.baseline_bad = baseline_bad
-        p0 = baseline_bad if design_bad is None else design_bad
-        design = design_cusum(p0, self.shift, self.settings.arl0)
         if design is None:
             # The baseline is already so bad that the smallest shift cannot happen.
             self.disabled = True
@@ -227,8 +238,9 @@ class DriftEngine:
 
     Args:
         settings: Windows, baselines and detector tuning.
-        defer_designs: Leave uncached CUSUM designs to ``arm_pending`` instead of solving
-            them inside ``observe`` (the monitor precomputes them in a thread).
+        defer_designs: Never solve an uncached CUSUM design (on the caller's event loop):
+            detectors wait until the monitor has solved ``designs_needed`` in a thread,
+            and ``arm_pending`` arms them.
     """
 
     def __init__(self, settings: DriftSettings, *, defer_designs: bool = False) -> None:
@@ -303,7 +315,7 @@ class DriftEngine:
         return needed
 
     def arm_pending(self) -> None:
-        """Arm every detector waiting for its design (solving it here if not cached)."""
+        """Arm every detector whose awaited design is cached (never solves one)."""
         for key in self._keys.values():
             for det in (key.pass_detector, key.label_detector):
                 if det is not None:
