@@ -196,3 +196,59 @@ def test_main_with_config_flat_events_and_judge_override(tmp_path: Path) -> None
     assert {r["evaluator"] for r in results} == {"refusal", "sentiment"}
     assert all(r["status"] == "ok" for r in results)
     assert all(r["judge"]["backend"] == "builtin" for r in results)
+
+
+def _mixed_file(tmp_path: Path) -> Path:
+    good = evaldata(1, "refusal", True, input="hi", output="Sure, here you go.")
+    lines = [
+        json.dumps(good).encode(),
+        json.dumps(evaldata(2, "refusal", True, output="x", turns=["hello"])).encode(),
+        json.dumps(evaldata(3, "refusal", True, output="x", turns={"role": "user"})).encode(),
+        b'{"id": "x4", "evaluator": "refusal", "label": true, "output": "caf\xe9"}',
+        b"{not json",
+        json.dumps(evaldata(6, "refusal", False, output="I can't help with that.")).encode(),
+    ]
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+def test_read_items_skips_and_records_bad_lines(tmp_path: Path) -> None:
+    # Were AttributeError (turns ["hello"] / a dict) and UnicodeDecodeError tracebacks.
+    path = _mixed_file(tmp_path)
+    bad: list[str] = []
+    items = list(offline.read_items([path], bad))
+    assert [i.event.event_id for i in items] == ["x-1", "x-6"]
+    assert [b.split(": ", 1)[0] for b in bad] == [f"{path}:{n}" for n in (2, 3, 4, 5)]
+    assert "turns[0] must be a {role, content} object, not str" in bad[0]
+    assert "turns must be a list" in bad[1]
+    assert "not UTF-8" in bad[2]
+    with pytest.raises(ConfigError, match=r"mixed\.jsonl:2: .*turns\[0\]"):
+        list(offline.read_items([path]))
+
+
+def _args(tmp_path: Path, pattern: str, **extra: Any) -> argparse.Namespace:
+    return argparse.Namespace(config=None, input=[str(tmp_path / pattern)],
+                              output=tmp_path / "out.jsonl", judge=None, topic=None,
+                              concurrency=2, markdown=None, no_progress=True, **extra)
+
+
+def test_main_skips_bad_lines_reports_them_and_scores_the_rest(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _mixed_file(tmp_path)
+    assert offline.main(_args(tmp_path, "mixed.jsonl")) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("skipped ") == 4
+    assert "mixed.jsonl:4: not a TraceEvent or evaldata item: not UTF-8" in captured.err
+    assert "2 items, 0 without results, 4 bad input lines skipped" in captured.out
+    assert len((tmp_path / "out.jsonl").read_bytes().splitlines()) == 2
+
+
+def test_main_strict_stops_at_a_bad_line_and_all_bad_exits_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _mixed_file(tmp_path)
+    assert offline.main(_args(tmp_path, "mixed.jsonl", strict=True)) == 2
+    assert "mixed.jsonl:2:" in capsys.readouterr().err
+    (tmp_path / "bad.jsonl").write_bytes(b"[1]\n{\n")
+    assert offline.main(_args(tmp_path, "bad.jsonl")) == 2
+    assert "no item could be read from --input (2 bad lines)" in capsys.readouterr().err

@@ -11,6 +11,11 @@ Every event goes through ``Pipeline.evaluate`` (sampling, routing, evaluators), 
 ``--output`` as JSONL, and a summary per (route, evaluator) is printed: pass rate with a 95%
 Wilson interval, mean score and, where items carry gold labels, accuracy, macro-F1, Brier
 score and expected calibration error.
+
+Bad input lines (not JSON, not UTF-8, not a TraceEvent or evaldata item) are reported as
+``file:line: reason``, skipped and counted in the summary, like a dead letter in the worker:
+one broken line in an export must not throw away the rest of a long run. The exit code is 2
+when nothing could be read (or, with ``--strict``, when any line is bad), else 0.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import IO, Any
 
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -40,6 +46,15 @@ from evalstream.judges.registry import build_judges, close_judges
 from evalstream.metrics import Metrics
 
 __all__ = ["Item", "add_arguments", "default_settings", "main", "read_items", "run"]
+
+EPILOG = (
+    "Bad input lines (not UTF-8, not JSON, not a TraceEvent or evaldata item) are reported "
+    "as FILE:LINE: reason, skipped and counted in the summary. Exit codes: 0 when the items "
+    "that could be read were scored; 2 on a configuration error, when no line could be read, "
+    "or with --strict when any line is bad."
+)
+#: Bad lines printed one by one; the rest are only counted.
+SHOWN_BAD_LINES = 20
 
 #: The evaluator (and its params) each evaldata file is scored with by default. Most params
 #: only say where each item's fields are. Role adherence judges the labelled output alone
@@ -69,6 +84,7 @@ class Item:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``eval`` options to ``parser`` (the CLI calls this for its sub-command)."""
+    parser.epilog = EPILOG
     parser.add_argument("--config", type=Path, default=None,
                         help="worker config (routes, judges); default: route every evaldata "
                              "item to its own evaluator with the builtin judge")
@@ -85,6 +101,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--markdown", type=Path, default=None,
                         help="also write the summary table as Markdown here")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--strict", action="store_true",
+                        help="stop with exit code 2 at the first bad input line instead of "
+                             "skipping it")
 
 
 def _paths(patterns: Sequence[str]) -> list[Path]:
@@ -97,9 +116,28 @@ def _paths(patterns: Sequence[str]) -> list[Path]:
     return paths
 
 
+def _turns(raw: Any) -> tuple[Message, ...]:
+    """evaldata ``turns``: null or a list of ``{role, content}`` objects (checked, not trusted)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ValueError(f"turns must be a list of {{role, content}} objects, "
+                         f"not {type(raw).__name__}")
+    turns = []
+    for index, turn in enumerate(raw):
+        if not isinstance(turn, dict):
+            raise ValueError(f"turns[{index}] must be a {{role, content}} object, "
+                             f"not {type(turn).__name__}")
+        role, content = turn.get("role"), turn.get("content")
+        if not isinstance(role, str) or not isinstance(content, str | None):
+            raise ValueError(f"turns[{index}] needs a string role and content")
+        if content:
+            turns.append(Message(role=role, content=content))
+    return tuple(turns)
+
+
 def _from_evaldata(obj: dict[str, Any]) -> Item:
-    turns = tuple(Message(role=t["role"], content=t["content"])
-                  for t in obj.get("turns") or () if t.get("content"))
+    turns = _turns(obj.get("turns"))
     attributes = {"dataset": str(obj["evaluator"])}
     if obj.get("criteria"):
         attributes["criteria"] = str(obj["criteria"])
@@ -111,33 +149,52 @@ def _from_evaldata(obj: dict[str, Any]) -> Item:
     return Item(event, gold, str(obj["evaluator"]))
 
 
-def read_items(paths: Sequence[Path]) -> Iterator[Item]:
+def _item(raw: bytes) -> Item:
+    """One line's item; raises ``ValueError`` (or a subclass) saying what is wrong."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 (byte {exc.start})") from None
+    obj = load_json(line)
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    if obj.keys() >= _EVALDATA_KEYS:
+        return _from_evaldata(obj)
+    return Item(TraceEvent.model_validate(obj))
+
+
+def read_items(paths: Sequence[Path], bad_lines: list[str] | None = None) -> Iterator[Item]:
     """Items from JSONL files: evaldata items or flat TraceEvents, line by line.
 
+    Args:
+        paths: The files.
+        bad_lines: When given, a bad line is recorded here as ``"file:line: reason"`` and
+            skipped; when omitted, it raises.
+
     Raises:
-        ConfigError: a line is neither (the message names the file and line).
+        ConfigError: a file cannot be opened, or (without ``bad_lines``) a line is neither
+            kind of item (the message names the file and line).
     """
     for path in paths:
         try:
-            handle = path.open(encoding="utf-8")
+            # Bytes, decoded line by line: one non-UTF-8 line must not end the file's reading.
+            handle = path.open("rb")
         except OSError as exc:
             raise ConfigError(f"--input {path}: {exc.strerror}") from exc
         with handle:
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
+            for number, raw in enumerate(handle, 1):
+                if not raw.strip():
                     continue
                 try:
-                    obj = load_json(line)
-                    if not isinstance(obj, dict):
-                        raise ValueError("not a JSON object")
-                    if obj.keys() >= _EVALDATA_KEYS:
-                        yield _from_evaldata(obj)
-                    else:
-                        yield Item(TraceEvent.model_validate(obj))
-                except (ValueError, KeyError, TypeError, ValidationError) as exc:
+                    item = _item(raw)
+                except (ValueError, KeyError, TypeError, AttributeError, ValidationError) as exc:
                     detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                    raise ConfigError(f"{path}:{number}: not a TraceEvent or evaldata item: "
-                                      f"{detail}") from None
+                    problem = f"{path}:{number}: not a TraceEvent or evaldata item: {detail}"
+                    if bad_lines is None:
+                        raise ConfigError(problem) from None
+                    bad_lines.append(problem)
+                    continue
+                yield item
 
 
 def default_settings(datasets: Sequence[str]) -> Settings:
@@ -217,7 +274,8 @@ async def run(settings: Settings, items: Sequence[Item], *, topic: str, concurre
 
 def _table(summary: Summary) -> Table:
     table = Table(title=f"evalstream eval: {summary.items} items, "
-                        f"{summary.without_results} without results")
+                        f"{summary.without_results} without results, "
+                        f"{summary.bad_lines} bad input lines skipped")
     rows = summary.rows()
     for column in rows[0] if rows else ["(no results)"]:
         table.add_column(column, justify="left" if column in ("route", "evaluator") else "right")
@@ -227,10 +285,26 @@ def _table(summary: Summary) -> Table:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run ``evalstream eval``; 0 on success, 2 on a configuration or input error."""
+    """Run ``evalstream eval``; 0 on success, 2 on a configuration or input error.
+
+    Bad lines are skipped and reported (see ``EPILOG``); 2 when no line could be read, or
+    with ``--strict`` at the first bad line.
+    """
     console = Console(stderr=True)
+    strict = bool(getattr(args, "strict", False))
+    bad_lines: list[str] = []
     try:
-        items = list(read_items(_paths(args.input)))
+        items = list(read_items(_paths(args.input), None if strict else bad_lines))
+        for problem in bad_lines[:SHOWN_BAD_LINES]:
+            # Escaped: "turns[0]" in a reason is text, not rich markup.
+            console.print(f"[yellow]skipped[/yellow] {escape(problem)}", highlight=False,
+                          soft_wrap=True)
+        if len(bad_lines) > SHOWN_BAD_LINES:
+            console.print(f"[yellow]skipped[/yellow] {len(bad_lines) - SHOWN_BAD_LINES} more "
+                          "bad lines")
+        if not items:
+            raise ConfigError(f"no item could be read from --input ({len(bad_lines)} bad "
+                              "lines)" if bad_lines else "--input holds no items")
         if args.config is not None:
             settings = load_settings(args.config)
         else:
@@ -248,6 +322,7 @@ def main(args: argparse.Namespace) -> int:
             summary = asyncio.run(run(settings, items, topic=topic,
                                       concurrency=getattr(args, "concurrency", 16),
                                       sink=sink, progress=progress))
+        summary.bad_lines = len(bad_lines)
     except (EvalstreamError, OSError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2

@@ -130,6 +130,8 @@ class Summary:
     by_key: dict[tuple[str, str], EvaluatorSummary] = field(default_factory=dict)
     items: int = 0
     without_results: int = 0
+    #: Input lines skipped as unreadable (reported by file and line).
+    bad_lines: int = 0
 
     def add(self, result: EvalResult, gold: bool | str | None) -> None:
         """Count one result."""
