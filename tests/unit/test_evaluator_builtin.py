@@ -131,3 +131,16 @@ async def test_summarization_and_reasons_with_builtin() -> None:
     explained = await make("refusal", reasons="failures").evaluate(
         TraceEvent(event_id="e", output="I'm sorry, I cannot help with that."))
     assert explained.reason
+
+
+async def test_builtin_reason_keeps_what_the_judgement_was_based_on() -> None:
+    # The reason request used to re-score from the data alone, without the criteria, so a
+    # topic_adherence reason was the generic "Judged ... by the builtin lexical judge."
+    spec = EvaluatorSpec(evaluator="topic_adherence", reasons="always",
+                         params={"criteria": "banking questions only"})
+    evaluator = registry.create(spec, {"builtin": BuiltinJudge()}, where="r")
+    score = await evaluator.evaluate(TraceEvent(
+        event_id="e", input="what's the weather", output="It will rain tomorrow in Paris."))
+    assert score.reason is not None
+    assert "out-of-scope domains" in score.reason
+    assert "by the builtin lexical judge" not in score.reason

@@ -159,7 +159,11 @@ async def add_reason(
         instructions=REASON_INSTRUCTIONS,
         data=(("judgement", f"{evaluator.name}: {verdict}"), *data),
         max_tokens=80,
-        hints={"evaluator": evaluator.name, "label": score.label, "passed": score.passed},
+        # The judgement's own rationale rides along for judges that explain by re-reading it
+        # (the builtin judge): re-scoring from ``data`` alone would lose the request's
+        # parameters (criteria, topics, role) and give a generic reason.
+        hints={"evaluator": evaluator.name, "label": score.label, "passed": score.passed,
+               **({"rationale": rationale} if rationale else {})},
     )
     try:
         generation = await evaluator.judge.generate(request)

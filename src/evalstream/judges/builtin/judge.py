@@ -135,6 +135,11 @@ def _reason(request: GenerateRequest) -> tuple[str, Any]:
     # Evaluators name themselves after the task they ask ("refusal", "sentiment"...).
     task = _hint_str(request, "task") or _hint_str(request, "evaluator")
     judgement = request.field("judgement") or ""
+    given = _hint_str(request, "rationale")
+    if given is not None:
+        # What the scorer said with the full request (criteria, topics, role as hints);
+        # re-scoring below only sees the data and would lose them.
+        return f"{judgement}: {given}".strip(": "), None
     scorer = TASKS.get(task) if task else None
     if scorer is not None:
         fields = tuple((k, v) for k, v in request.data if k != "judgement")
