@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from evalstream.app import worker as worker_module
 from evalstream.app.observers import PublishAlert, RecordingObserver
 from evalstream.app.worker import Worker
+from evalstream.errors import SourceError
 from evalstream.events import Alert, EvalResult, RawRecord
 from evalstream.sinks.memory import MemorySink
 from evalstream.sources.memory import MemorySource
@@ -197,6 +198,56 @@ async def test_a_crashed_observer_is_restarted_not_left_dead(
         assert await task == 0
     assert [e["event"] for e in logs].count("observer_run_failed") == 1
     assert [r.event_id for r in observer.results] == ["e0"]
+
+
+class _LateBroker(MemorySource):
+    """A broker that refuses the first ``refusals`` connection attempts."""
+
+    def __init__(self, records: list[RawRecord], refusals: int) -> None:
+        super().__init__(records)
+        self.attempts = 0
+        self.refusals = refusals
+
+    async def start(self, handler: Any) -> None:
+        self.attempts += 1
+        if self.attempts <= self.refusals:
+            raise SourceError("cannot connect to Kafka at 127.0.0.1:9: refused")
+        await super().start(handler)
+
+
+async def test_start_up_waits_for_a_broker_that_comes_up_later(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_module, "_CONNECT_BACKOFF_S", 0.01)
+    source = _LateBroker([raw(0)], refusals=3)
+    sink = MemorySink()
+    worker = Worker(settings(), registry=CollectorRegistry(), judges=JUDGES, source=source,
+                    sink=sink)
+    with structlog.testing.capture_logs() as logs:
+        async with started(worker) as task:
+            await until(lambda: source.committed.get(TP0) == 1)
+        assert await task == 0
+    assert source.attempts == 4
+    assert [e["event"] for e in logs].count("broker_unreachable") == 3
+    assert len(sink.results) == 1
+
+
+async def test_start_up_gives_up_after_connect_timeout(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_module, "_CONNECT_BACKOFF_S", 0.01)
+    source = _LateBroker([raw(0)], refusals=10**6)
+    worker = Worker(settings(kafka={"connect_timeout_s": 0.2}), registry=CollectorRegistry(),
+                    judges=JUDGES, source=source, sink=MemorySink())
+    assert await asyncio.wait_for(worker.run(), 10) == 1
+    assert source.attempts > 1
+
+    # A stop while still connecting ends at once, cleanly.
+    source = _LateBroker([raw(0)], refusals=10**6)
+    worker = Worker(settings(), registry=CollectorRegistry(), judges=JUDGES, source=source,
+                    sink=MemorySink())
+    task = asyncio.create_task(worker.run())
+    await until(lambda: source.attempts >= 1)
+    worker.request_stop()
+    assert await asyncio.wait_for(task, 10) == 0
 
 
 async def test_output_failure_stops_the_worker_without_committing() -> None:

@@ -61,6 +61,8 @@ _EXIT_FORCED = 130
 #: 15 s past the drain. What is cut short is uncommitted, so redelivered, never lost.
 _CLOSE_STEP_S = 5.0
 _OBSERVER_BACKOFF_S = 1.0
+_CONNECT_BACKOFF_S = 0.5
+_CONNECT_BACKOFF_MAX_S = 10.0
 _OBSERVER_BACKOFF_MAX_S = 60.0
 
 
@@ -159,13 +161,17 @@ class Worker:
                  routes=[r.name for r in self.settings.routes],
                  max_in_flight=self._max_in_flight)
         try:
-            await self.sink.start()
-            await self.source.start(self)
+            # Health first: /healthz answers while the broker is still being reached, so
+            # the orchestrator waits (readiness stays false) instead of restarting us.
             await self.health.start()
+            await self._connect()
         except (SourceError, SinkError, OSError) as exc:
             log.error("worker_start_failed", error=str(exc))
             await self._close()
             return 1
+        if self._stop.is_set():  # stopped while still connecting
+            await self._close()
+            return 0
         self._started = True
         background = [
             asyncio.create_task(self.committer.run(self.settings.worker.commit_interval_s),
@@ -187,6 +193,36 @@ class Worker:
         code = await self._shutdown(consume, background, observer_tasks)
         log.info("worker_stopped", exit_code=code)
         return code
+
+    async def _connect(self) -> None:
+        """Start the sink and the source, retrying an unreachable broker with backoff for
+        up to ``kafka.connect_timeout_s`` (a broker that comes up after us is normal in a
+        cluster); returns early when a stop is requested meanwhile.
+
+        Raises:
+            SinkError | SourceError: still unreachable when the time is up.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.kafka.connect_timeout_s
+        backoff = _CONNECT_BACKOFF_S
+        sink_started = False
+        while True:
+            try:
+                if not sink_started:
+                    await self.sink.start()
+                    sink_started = True
+                await self.source.start(self)
+                return
+            except (SourceError, SinkError) as exc:
+                if self._stop.is_set() or loop.time() + backoff > deadline:
+                    raise
+                log.warning("broker_unreachable", error=str(exc), retry_in_s=backoff)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(backoff):
+                    await self._stop.wait()
+            if self._stop.is_set():
+                return
+            backoff = min(backoff * 2, _CONNECT_BACKOFF_MAX_S)
 
     # --- rebalance (RebalanceHandler) ---------------------------------------------------
 
