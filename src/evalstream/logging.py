@@ -16,15 +16,22 @@ __all__ = ["configure_logging", "get_logger"]
 
 
 def configure_logging(level: str = "INFO", fmt: Literal["json", "console"] = "json") -> None:
-    """Configure structlog once at start-up; logs go to stderr."""
+    """Configure structlog once at start-up; logs go to stderr.
+
+    Libraries that log through the standard library (aiokafka, httpx) are rendered the
+    same way, so a JSON log stays one JSON object per line. They log at WARNING and above
+    unless the configured level is stricter: their INFO lines (group joins, connections)
+    repeat what the worker logs itself.
+    """
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer()
     )
+    stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            stamp,
             structlog.processors.format_exc_info,
             renderer,
         ],
@@ -32,6 +39,16 @@ def configure_logging(level: str = "INFO", fmt: Literal["json", "console"] = "js
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.stdlib.add_logger_name, structlog.processors.add_log_level,
+                           stamp],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.format_exc_info, renderer],
+    ))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(max(logging.WARNING, logging.getLevelNamesMapping()[level]))
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
