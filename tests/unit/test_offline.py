@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -252,3 +253,24 @@ def test_main_strict_stops_at_a_bad_line_and_all_bad_exits_2(
     (tmp_path / "bad.jsonl").write_bytes(b"[1]\n{\n")
     assert offline.main(_args(tmp_path, "bad.jsonl")) == 2
     assert "no item could be read from --input (2 bad lines)" in capsys.readouterr().err
+
+
+def test_main_says_why_events_got_no_result(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("sampling: {rate: 0.5}\nroutes:\n  - name: support\n    match: {app: [bot]}\n"
+                      "    evaluators: [{evaluator: refusal}]\n", encoding="utf-8")
+    write(tmp_path / "events.jsonl", [
+        {"event_id": f"e{i}", "app": "bot" if i % 2 else "other", "output": "Sure."}
+        for i in range(40)])
+    args = argparse.Namespace(config=config, input=[str(tmp_path / "events.jsonl")],
+                              output=None, judge=None, topic=None, concurrency=2,
+                              markdown=None, no_progress=True, strict=False)
+    assert offline.main(args) == 0
+    out = capsys.readouterr().out
+    found = re.search(r"(\d+) without results \(no_route: (\d+), sampling: (\d+)\)", out)
+    assert found, out
+    total, no_route, sampling = map(int, found.groups())
+    assert total == no_route + sampling
+    assert no_route > 0
+    assert sampling > 0

@@ -266,6 +266,10 @@ async def run(settings: Settings, items: Sequence[Item], *, topic: str, concurre
 
         await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
         await pipeline.aclose()
+        summary.skipped = {
+            sample.labels["reason"]: int(sample.value)
+            for family in metrics.events_skipped.collect() for sample in family.samples
+            if sample.name.endswith("_total") and sample.value}
     finally:
         if owned:
             await close_judges(judges)
@@ -273,8 +277,10 @@ async def run(settings: Settings, items: Sequence[Item], *, topic: str, concurre
 
 
 def _table(summary: Summary) -> Table:
+    why = ", ".join(f"{reason}: {n}" for reason, n in sorted(summary.skipped.items()))
     table = Table(title=f"evalstream eval: {summary.items} items, "
-                        f"{summary.without_results} without results, "
+                        f"{summary.without_results} without results"
+                        f"{f' ({why})' if why and summary.without_results else ''}, "
                         f"{summary.bad_lines} bad input lines skipped")
     rows = summary.rows()
     for column in rows[0] if rows else ["(no results)"]:

@@ -130,6 +130,9 @@ class Summary:
     by_key: dict[tuple[str, str], EvaluatorSummary] = field(default_factory=dict)
     items: int = 0
     without_results: int = 0
+    #: Why events were not evaluated (sampling, no_route, an evaluator's skip reason), as
+    #: the worker's ``evalstream_events_skipped_total`` counts them.
+    skipped: dict[str, int] = field(default_factory=dict)
     #: Input lines skipped as unreadable (reported by file and line).
     bad_lines: int = 0
 
