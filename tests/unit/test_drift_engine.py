@@ -217,3 +217,20 @@ def test_stationary_mix_of_more_labels_than_kept_does_not_fire() -> None:
     mix = next(d for d in engine.detectors() if d.kind == "label_mix")
     assert mix.statistic is not None  # the test did run
     assert [(a.kind, a.summary) for a in alerts] == []
+
+
+def test_hand_over_resolves_a_firing_label_mix_under_its_own_id() -> None:
+    engine = DriftEngine(SETTINGS)
+    for i in range(200):
+        engine.observe(result(None, evaluator="sentiment",
+                              label="positive" if i % 2 else "neutral"), i * 0.1)
+    for i in range(60):
+        engine.observe(result(None, evaluator="sentiment", label="negative"), 100 + i * 0.1)
+    firing = {a.kind: a for a in engine.drain_alerts(106.0)}
+    handed = {a.kind: a for a in engine.hand_over(107.0)}
+    assert set(handed) == set(firing)
+    for kind, alert in handed.items():
+        assert alert.state == "resolved"
+        assert alert.alert_id == firing[kind].alert_id
+        assert "handed over at shutdown" in alert.summary
+    assert engine.hand_over(108.0) == []  # nothing firing any more

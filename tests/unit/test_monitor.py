@@ -168,3 +168,29 @@ def test_tick_never_solves_a_design_on_the_event_loop() -> None:
     det = next(iter(monitor.engine.detectors()))
     assert det.statistic is not None  # armed, and the 50 outcomes seen meanwhile replayed
     assert det.statistic > 0
+
+
+async def test_stop_resolves_firing_alerts_as_handed_over() -> None:
+    settings = SETTINGS.model_copy(update={"baselines": {"refusal": 0.95}, "tick_s": 0.01})
+    monitor = DriftMonitor(settings, Metrics(), FakeClock())
+    published: list[Alert] = []
+    got = asyncio.Event()
+
+    async def publish(alert: Alert) -> None:
+        published.append(alert)
+        got.set()
+
+    for _ in range(50):
+        monitor.observe(result(False))
+    stop = asyncio.Event()
+    task = asyncio.create_task(monitor.run(publish, stop))
+    await asyncio.wait_for(got.wait(), timeout=5)
+    stop.set()
+    await asyncio.wait_for(task, timeout=2)
+    firing, resolved = published
+    assert (firing.state, resolved.state) == ("firing", "resolved")
+    assert resolved.alert_id == firing.alert_id  # the same alert, closed
+    assert (resolved.route, resolved.evaluator, resolved.kind) == (
+        "chat", "refusal", "pass_rate_drop")
+    assert "handed over at shutdown" in resolved.summary
+    assert monitor.tick() == []  # nothing left to publish

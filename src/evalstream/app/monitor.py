@@ -91,7 +91,11 @@ class DriftMonitor:
                      n=alert.n)
 
     async def run(self, publish_alert: PublishAlert, stop: asyncio.Event) -> None:
-        """Tick until ``stop`` is set, publishing alert state changes as they happen."""
+        """Tick until ``stop`` is set, publishing alert state changes as they happen.
+
+        On stop, every firing alert is published once more as ``resolved`` (handed over at
+        shutdown): the next process starts with fresh detectors and cannot resolve it.
+        """
         while not stop.is_set():
             needed = self.engine.designs_needed()
             if needed:
@@ -105,6 +109,12 @@ class DriftMonitor:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.settings.tick_s):  # not wait_for: see worker
                     await stop.wait()
+        # Stopping: count the last results, then resolve what is still firing. Detector
+        # state dies with this process and alert ids hash the first-seen time, so an alert
+        # left firing here could never be resolved by the next one.
+        self.tick()
+        self._outbox.extend(self.engine.hand_over(self._clock()))
+        await self.flush(publish_alert)
 
 
 def _solve(needed: set[tuple[float, float, float]]) -> None:

@@ -39,6 +39,9 @@ KIND_LABEL_MIX = "label_mix"
 # Outcomes kept while a detector waits (about a tick) for its design.
 _MAX_BACKLOG = 100_000
 
+_HANDOVER = ("handed over at shutdown, still firing when this worker stopped (detector "
+             "state is not kept: it may fire again after the restart)")
+
 State = Literal["firing", "resolved"]
 
 
@@ -58,6 +61,8 @@ class Transition:
     at: float
     statistic: float
     stale: bool = False
+    #: Resolved because this process stops, not because the stream recovered.
+    handover: bool = False
 
 
 @dataclass(slots=True)
@@ -371,6 +376,28 @@ class DriftEngine:
         alerts.sort(key=lambda a: a.at)
         return alerts
 
+    def hand_over(self, now: float) -> list[Alert]:
+        """Resolve every firing alert because this process is stopping.
+
+        Detector state lives in memory and an alert's id hashes its first-seen time, so no
+        later process could ever resolve an alert left firing. The summary says so: the
+        next process learns afresh and fires again if the drift persists.
+        """
+        alerts: list[Alert] = []
+        for key in self._keys.values():
+            for det in (key.pass_detector, key.label_detector):
+                if det is not None and det.firing:
+                    det.firing = False
+                    stat = det.statistic if det.statistic is not None else 0.0
+                    tr = Transition("resolved", now, stat, handover=True)
+                    alerts.append(self._alert(key, det, tr, now))
+            mix = key.mix_detector
+            if mix is not None and mix.firing:
+                mix.firing = False
+                alerts.append(self._mix_alert(key, mix, "resolved", now, mix.last,
+                                              handover=True))
+        return alerts
+
     def _severity(self, det: Detector, stats: WindowStats) -> Severity:
         s = self.settings
         base: Severity = s.severities.get(det.kind, "warning")
@@ -396,6 +423,8 @@ class DriftEngine:
         if tr.state == "firing":
             change = "dropped" if det.kind == KIND_PASS_RATE else "rose"
             summary = f"{what} {change}"
+        elif tr.handover:
+            summary = f"{what}: {_HANDOVER}"
         else:
             summary = f"{what} back to baseline" if not tr.stale else f"{what}: no data, stale"
         if stats.enough:
@@ -426,10 +455,12 @@ class DriftEngine:
         )
 
     def _mix_alert(self, key: _Key, det: MixDetector, state: State, at: float,
-                   res: MixResult | None) -> Alert:
+                   res: MixResult | None, *, handover: bool = False) -> Alert:
         first = det.first_seen if det.first_seen is not None else at
         what = f"label mix of {key.evaluator} on route {key.route}"
-        if res is None:
+        if handover:
+            summary = f"{what}: {_HANDOVER}"
+        elif res is None:
             summary = f"{what}: no data, stale"
         else:
             verb = "shifted" if state == "firing" else "back to baseline"
