@@ -200,16 +200,18 @@ def test_stale_resolve_resets_the_cusum_so_returning_healthy_traffic_does_not_re
         assert engine.drain_alerts(t) == []
 
 
-def test_stationary_mix_of_more_labels_than_kept_does_not_fire() -> None:
-    # 80 labels: those past MAX_LABELS share the overflow bucket,
-    # in the baseline as in the live window, so an unchanged mix stays quiet.
-    rng = random.Random(1)
+@pytest.mark.parametrize("seed", [1, 2])
+def test_stationary_mix_of_more_labels_than_kept_does_not_fire(seed: int) -> None:
+    # 80 labels: those past MAX_LABELS share the overflow bucket, in the baseline as in the
+    # live window. And the baseline of 1,000 is a sample too: tested as exact proportions,
+    # its noise made this unchanged mix fire after ~3,000 results and never resolve.
+    rng = random.Random(seed)
     labels = [f"l{i}" for i in range(80)]
-    engine = DriftEngine(SETTINGS.model_copy(update={"warmup_samples": 2000,
+    engine = DriftEngine(SETTINGS.model_copy(update={"warmup_samples": 1000,
                                                      "watch_labels": {"cls": "l0"}}))
     t = 1_700_000_000.0
     alerts = []
-    for i in range(8000):
+    for i in range(20000):
         t += 0.1
         engine.observe(result(None, evaluator="cls", label=rng.choice(labels)), t)
         if i % 10 == 0:

@@ -101,32 +101,40 @@ class MixResult:
 
 
 def g_test(counts: Counter[str], baseline: Counter[str]) -> MixResult | None:
-    """G-test of ``counts`` against the proportions of ``baseline``.
+    """Two-sample G-test: were ``counts`` and ``baseline`` drawn from the same label mix?
 
-    Baseline proportions are add-half smoothed over the union of labels, so a label never
-    seen in the baseline has a small expected count instead of an infinite statistic.
-    Returns ``None`` when there is nothing to compare (no counts, or a single label).
+    A test of independence on the 2 x k table (baseline, live) x labels, with (k - 1)
+    degrees of freedom. Testing the live counts against the baseline's proportions as if
+    they were exact would count only the live window's noise: with many labels and a
+    warm-up of a few thousand, the baseline's own sampling error then makes a mix that
+    never changed drift out of the acceptance region as the window fills, and the alert
+    fires and never resolves. A label seen on one side only is an ordinary cell here,
+    never an infinite statistic. Returns ``None`` when there is nothing to compare (no
+    live counts, or fewer than two labels).
     """
     n = sum(counts.values())
+    base_n = sum(baseline.values())
     labels = sorted(set(baseline) | set(counts))
-    if n == 0 or len(labels) < 2:
+    if n == 0 or base_n == 0 or len(labels) < 2:
         return None
-    base_n = sum(baseline.values()) + 0.5 * len(labels)
+    total = n + base_n
     g = 0.0
-    top, top_contrib = labels[0], -math.inf
+    top, top_departure = labels[0], -math.inf
     for label in labels:
-        expected = n * (baseline.get(label, 0) + 0.5) / base_n
-        observed = counts.get(label, 0)
-        contrib = observed * math.log(observed / expected) if observed else 0.0
-        g += contrib
-        # The label whose observed count departs most from expectation explains the alert.
+        observed, before = counts.get(label, 0), baseline.get(label, 0)
+        pooled = (observed + before) / total
+        for count, row in ((observed, n), (before, base_n)):
+            if count:
+                g += count * math.log(count / (row * pooled))
+        # The label whose live count departs most from the pooled share explains the alert.
+        expected = n * pooled
         departure = abs(observed - expected) / math.sqrt(expected)
-        if departure > top_contrib:
-            top, top_contrib = label, departure
+        if departure > top_departure:
+            top, top_departure = label, departure
     g = max(0.0, 2.0 * g)
     df = len(labels) - 1
     return MixResult(g=g, df=df, p_value=chi2_sf(g, df), n=n, label=top,
-                     baseline_share=(baseline.get(top, 0) + 0.5) / base_n,
+                     baseline_share=baseline.get(top, 0) / base_n,
                      share=counts.get(top, 0) / n)
 
 
