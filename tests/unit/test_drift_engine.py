@@ -69,13 +69,18 @@ def test_pass_rate_drop_alert_fires_and_resolves_with_all_fields() -> None:
     assert firing.first_seen.tzinfo is UTC
     assert firing.first_seen <= firing.at
     assert firing.severity == "critical"  # 40% is far below 95% - 20 points
-    assert "pass rate of refusal on route chat dropped" in firing.summary
+    # The summary names the CUSUM as what decided; the window's figures are context.
+    assert firing.summary.startswith(
+        f"pass rate of refusal on route chat dropped below its baseline "
+        f"{firing.baseline:.1%} (CUSUM past its threshold); last ")
     assert engine.drain_alerts(t) == []  # drained once
     while any(d.firing for d in engine.detectors()):
         engine.observe(result(rng.random() < 0.95), t)
         t += 0.5
     [resolved] = engine.drain_alerts(t)
     assert resolved.state == "resolved"
+    assert "back to its baseline" in resolved.summary
+    assert "(CUSUM evidence gone)" in resolved.summary
     assert resolved.alert_id == firing.alert_id
     assert resolved.first_seen == firing.first_seen
     assert resolved.at > firing.at

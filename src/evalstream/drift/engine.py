@@ -420,18 +420,22 @@ class DriftEngine:
             what = f"share of label {det.label!r} from {key.evaluator} on route {key.route}"
         first = det.first_seen if det.first_seen is not None else tr.at
         design = det.design
+        # The CUSUM decides, from evidence accumulated since the change began; the window's
+        # rate and interval are context only, so the summary says which is which (a window
+        # interval that still holds the baseline read as "no evidence" next to "dropped").
+        of_baseline = f" {baseline:.1%}" if baseline is not None else ""
         if tr.state == "firing":
-            change = "dropped" if det.kind == KIND_PASS_RATE else "rose"
-            summary = f"{what} {change}"
+            change = "dropped below" if det.kind == KIND_PASS_RATE else "rose above"
+            summary = f"{what} {change} its baseline{of_baseline} (CUSUM past its threshold)"
         elif tr.handover:
             summary = f"{what}: {_HANDOVER}"
+        elif tr.stale:
+            summary = f"{what}: no data, stale"
         else:
-            summary = f"{what} back to baseline" if not tr.stale else f"{what}: no data, stale"
+            summary = f"{what} back to its baseline{of_baseline} (CUSUM evidence gone)"
         if stats.enough:
-            summary += (f": {stats.rate:.1%} over {window} (95% CI {stats.lower:.1%}-"
+            summary += (f"; last {window}: {stats.rate:.1%} (95% CI {stats.lower:.1%}-"
                         f"{stats.upper:.1%}, n={stats.n})")
-        if baseline is not None:
-            summary += f" vs baseline {baseline:.1%}"
         severity = self._severity(det, stats) if tr.state == "firing" else \
             self.settings.severities.get(det.kind, "warning")
         interval = (stats.lower, stats.upper) if stats.lower is not None \
