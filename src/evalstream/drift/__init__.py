@@ -2,8 +2,8 @@
 
 ``stats`` holds bucketed sliding windows with Wilson intervals, ``cusum`` the Bernoulli
 CUSUM and its threshold from a target false-alarm rate, ``mix`` a G-test of a label mix,
-``engine`` the per-(route, evaluator) state that turns results into window estimates and
-alert transitions.
+``detector`` one CUSUM with alert hysteresis on one bad/good outcome stream, ``engine`` the
+per-(route, evaluator) state that turns results into window estimates and alerts.
 """
 
 from evalstream.drift.cusum import (
@@ -12,15 +12,13 @@ from evalstream.drift.cusum import (
     average_run_length,
     design_cusum,
 )
+from evalstream.drift.detector import Detector, Transition, learned_baseline
 from evalstream.drift.engine import (
     KIND_LABEL_MIX,
     KIND_LABEL_SHARE,
     KIND_PASS_RATE,
-    Detector,
     DriftEngine,
-    Transition,
     format_window,
-    learned_baseline,
 )
 from evalstream.drift.mix import LabelVocabulary, LabelWindow, MixDetector, chi2_sf, g_test
 from evalstream.drift.stats import Z95, SlidingCounts, WindowStats, wilson_interval

@@ -1,22 +1,20 @@
-"""Per-(route, evaluator) windows and drift detectors, and the alerts they raise (pure).
+"""Per-(route, evaluator) windows and detectors, and the alerts they raise (pure).
 
 The engine is fed results and a time (the caller's clock, so tests are deterministic) and
 answers two questions: what are the live pass rates now, and which alerts changed state.
-It does no I/O: ``evalstream.app.monitor`` turns its answers into gauges and published
-``Alert`` events.
+The sequential test itself is ``detector``'s. It does no I/O: ``evalstream.app.monitor``
+turns its answers into gauges and published ``Alert`` events.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
 
 from evalstream.config.drift import DriftSettings, Severity
-from evalstream.drift.cusum import BernoulliCusum, CusumDesign, cached_design, design_cusum
+from evalstream.drift.detector import Detector, State, Transition
 from evalstream.drift.mix import LabelVocabulary, LabelWindow, MixDetector, MixResult, chi2_isf
 from evalstream.drift.stats import SlidingCounts, WindowStats, wilson_interval
 from evalstream.events import Alert, EvalResult, stable_hash
@@ -25,24 +23,16 @@ __all__ = [
     "KIND_LABEL_MIX",
     "KIND_LABEL_SHARE",
     "KIND_PASS_RATE",
-    "Detector",
     "DriftEngine",
-    "Transition",
     "format_window",
-    "learned_baseline",
 ]
 
 KIND_PASS_RATE = "pass_rate_drop"  # noqa: S105 - an alert kind, not a password
 KIND_LABEL_SHARE = "label_share"
 KIND_LABEL_MIX = "label_mix"
 
-# Outcomes kept while a detector waits (about a tick) for its design.
-_MAX_BACKLOG = 100_000
-
 _HANDOVER = ("handed over at shutdown, still firing when this worker stopped (detector "
              "state is not kept: it may fire again after the restart)")
-
-State = Literal["firing", "resolved"]
 
 
 def format_window(seconds: int) -> str:
@@ -51,159 +41,6 @@ def format_window(seconds: int) -> str:
         if seconds >= size and seconds % size == 0:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
-
-
-@dataclass(frozen=True, slots=True)
-class Transition:
-    """A detector changing state at time ``at`` (seconds)."""
-
-    state: State
-    at: float
-    statistic: float
-    stale: bool = False
-    #: Resolved because this process stops, not because the stream recovered.
-    handover: bool = False
-
-
-@dataclass(slots=True)
-class Detector:
-    """One sequential test on one stream of bad/good outcomes, with alert hysteresis.
-
-    "Bad" is a failed evaluation (kind ``pass_rate_drop``) or the watched label (kind
-    ``label_share``). The baseline probability of a bad outcome is learned from the first
-    ``warmup_samples`` observations unless configured.
-
-    With ``defer`` set, a CUSUM design that is not cached yet is never computed here
-    (``observe`` is the worker's hot path, ``arm_pending`` runs on its event loop): the
-    detector waits until someone else (the monitor's thread) has solved it, keeping the
-    outcomes seen meanwhile, which ``arm_pending`` replays in order once it is armed.
-    """
-
-    kind: str
-    route: str
-    evaluator: str
-    settings: DriftSettings
-    shift: float
-    baseline_bad: float | None = None
-    label: str | None = None
-    cusum: BernoulliCusum | None = None
-    disabled: bool = False
-    warm_n: int = 0
-    warm_bad: int = 0
-    n_since: int = 0
-    firing: bool = False
-    first_seen: float | None = None
-    last_seen: float | None = None
-    pending: list[Transition] = field(default_factory=list)
-    defer: bool = False
-    #: The bad-outcome probability the CUSUM is designed at, while awaiting its design.
-    design_bad: float | None = None
-    backlog: deque[tuple[bool, float]] = field(
-        default_factory=lambda: deque(maxlen=_MAX_BACKLOG))
-
-    def __post_init__(self) -> None:
-        if self.baseline_bad is not None:
-            self._arm_or_wait(self.baseline_bad, self.baseline_bad)
-
-    def _arm_or_wait(self, baseline_bad: float, design_bad: float) -> None:
-        if not self.defer:
-            self._arm(baseline_bad, design_cusum(design_bad, self.shift, self.settings.arl0))
-            return
-        found, design = cached_design(design_bad, self.shift, self.settings.arl0)
-        if found:
-            self._arm(baseline_bad, design)
-        else:
-            self.baseline_bad, self.design_bad = baseline_bad, design_bad
-
-    @property
-    def awaiting_design(self) -> tuple[float, float, float] | None:
-        """``design_cusum`` arguments this detector waits for, if any."""
-        if self.cusum is None and not self.disabled and self.design_bad is not None:
-            return self.design_bad, self.shift, self.settings.arl0
-        return None
-
-    def arm_pending(self) -> None:
-        """Arm a detector whose awaited design is now cached; replay what it saw meanwhile.
-
-        A design still not cached is left for the next call: solving it here could block
-        the event loop for most of a second.
-        """
-        needed = self.awaiting_design
-        if needed is None or self.baseline_bad is None:
-            return
-        found, design = cached_design(*needed)
-        if not found:
-            return
-        self._arm(self.baseline_bad, design)
-        self.design_bad = None
-        while self.backlog:
-            bad, t = self.backlog.popleft()
-            if self.cusum is not None:
-                self._step(bad, t)
-
-    def _arm(self, baseline_bad: float, design: CusumDesign | None) -> None:
-        self.baseline_bad = baseline_bad
-        if design is None:
-            # The baseline is already so bad that the smallest shift cannot happen.
-            self.disabled = True
-            return
-        self.cusum = BernoulliCusum(design, self.settings.cap_ratio)
-
-    @property
-    def design(self) -> CusumDesign | None:
-        """The tuned CUSUM, once the baseline is known."""
-        return self.cusum.design if self.cusum is not None else None
-
-    @property
-    def statistic(self) -> float | None:
-        """The CUSUM statistic (log-likelihood ratio), ``None`` during warm-up."""
-        return self.cusum.statistic if self.cusum is not None else None
-
-    def observe(self, bad: bool, t: float) -> None:
-        """Feed one outcome observed at time ``t``."""
-        self.last_seen = t
-        if self.cusum is None:
-            if self.disabled:
-                return
-            if self.design_bad is not None:
-                self.backlog.append((bad, t))
-                return
-            self.warm_n += 1
-            self.warm_bad += int(bad)
-            if self.warm_n >= self.settings.warmup_samples:
-                self._arm_or_wait(*learned_baseline(self.warm_bad, self.warm_n,
-                                                    self.settings.warmup_margin_z))
-            return
-        self._step(bad, t)
-
-    def _step(self, bad: bool, t: float) -> None:
-        cusum = self.cusum
-        if cusum is None:
-            return
-        cusum.update(bad)
-        self.n_since += 1
-        h = cusum.design.h
-        if not self.firing:
-            if cusum.s >= h and self.n_since >= self.settings.min_detect_samples:
-                self.firing = True
-                self.first_seen = t
-                self.pending.append(Transition("firing", t, cusum.statistic))
-        elif cusum.s < self.settings.resolve_ratio * h:
-            self.firing = False
-            self.pending.append(Transition("resolved", t, cusum.statistic))
-
-    def check_stale(self, now: float) -> None:
-        """Resolve a firing alert whose stream went quiet for ``stale_after_s``."""
-        if (self.firing and self.last_seen is not None
-                and now - self.last_seen >= self.settings.stale_after_s):
-            self.firing = False
-            stat = self.statistic if self.statistic is not None else 0.0
-            self.pending.append(Transition("resolved", now, stat, stale=True))
-            # Start afresh: a statistic left above the threshold would re-fire on the first
-            # result, even a good one, when traffic returns (and flap on quiet streams).
-            if self.cusum is not None:
-                self.cusum.s = 0
-            self.n_since = 0
 
 
 @dataclass(slots=True)
@@ -217,21 +54,6 @@ class _Key:
     label_detector: Detector | None = None
     mix_window: LabelWindow | None = None
     mix_detector: MixDetector | None = None
-
-
-def learned_baseline(bad: int, n: int, margin_z: float) -> tuple[float, float]:
-    """The baseline bad-outcome probability learned from ``bad`` of ``n`` warm-up outcomes.
-
-    Returns ``(estimate, design)``. The estimate is add-half smoothed, so a clean warm-up
-    does not mean p0 = 0 (which would make the first failure infinitely surprising). The
-    CUSUM is designed at ``design``, the upper ``margin_z``-sigma Wilson bound: a baseline
-    underestimated by chance would otherwise make the detector too eager, and streams
-    with an unlucky warm-up would raise most of the false alarms.
-    """
-    estimate = (bad + 0.5) / (n + 1.0)
-    if margin_z <= 0.0:
-        return estimate, estimate
-    return estimate, max(estimate, wilson_interval(bad / n, n, margin_z)[1])
 
 
 def _ts(t: float) -> datetime:
