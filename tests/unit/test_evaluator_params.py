@@ -9,6 +9,8 @@ import pytest
 from evalstream.config import EvaluatorSpec
 from evalstream.errors import ConfigError
 from evalstream.evaluators import registry
+from evalstream.evaluators.base import Evaluator, EvaluatorParams, Score
+from evalstream.events import TraceEvent
 from tests.support.scripted_judge import ScriptedJudge
 
 WHERE = "routes[2] (support) evaluators[1]"
@@ -110,3 +112,35 @@ def test_evaluators_the_builtin_judge_answers_still_build(evaluator: str) -> Non
 
     registry.create(EvaluatorSpec(evaluator=evaluator), {"builtin": BuiltinJudge()},
                     where=WHERE)
+
+
+def test_a_plugin_that_declares_no_judge_task_builds_on_the_builtin_judge(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A plugin may ask its judge nothing (or under names of its own): only what it declares
+    # is checked, so the default builtin judge must not reject it (it once did: every
+    # evaluator was taken to ask the task named after itself).
+    from evalstream.judges.builtin import BuiltinJudge
+
+    registry.names()  # the builtins are loaded before the registry is swapped below
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # undone after
+
+    @registry.register
+    class LengthCheck(Evaluator[EvaluatorParams]):
+        name = "unit_length_check"
+        summary = "test only: asks no judge"
+
+        async def evaluate(self, event: TraceEvent) -> Score:
+            return Score(score=1.0, passed=True)
+
+    built = registry.create(EvaluatorSpec(evaluator="unit_length_check"),
+                            {"builtin": BuiltinJudge()}, where=WHERE)
+    assert built.judge_tasks() == ()
+
+    class AsksOwn(LengthCheck):
+        name = "unit_length_check_asks"
+        asks_own_task = True
+
+    registry.register(AsksOwn)
+    with pytest.raises(ConfigError, match="cannot answer 'unit_length_check_asks'"):
+        registry.create(EvaluatorSpec(evaluator="unit_length_check_asks"),
+                        {"builtin": BuiltinJudge()}, where=WHERE)

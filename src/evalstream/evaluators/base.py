@@ -66,6 +66,11 @@ class Evaluator(abc.ABC, Generic[P]):
     summary: ClassVar[str] = ""
     #: Label evaluators (topic, sentiment...) report their label mix to drift detection.
     is_label_evaluator: ClassVar[bool] = False
+    #: Whether the evaluator asks its judge the closed question named after itself
+    #: (``refusal`` asks ``refusal``), which :meth:`judge_tasks` then declares. The built-in
+    #: judged evaluators set it; a plugin that asks nothing, or asks under other names,
+    #: leaves it off (and overrides :meth:`judge_tasks` to be checked).
+    asks_own_task: ClassVar[bool] = False
 
     def __init__(self, spec: EvaluatorSpec, params: P, judge: Judge) -> None:
         self.spec = spec
@@ -87,10 +92,10 @@ class Evaluator(abc.ABC, Generic[P]):
         Checked against ``Judge.supports`` when the evaluator is built, so a config the judge
         cannot run fails at start-up instead of turning every result into an error.
         Optional ``generate`` requests (reasons, sections) are not listed: a judge that
-        cannot answer them degrades gracefully. By convention an evaluator asks the task named
-        after itself (``refusal`` asks ``refusal``); generate-only evaluators return ``()``.
+        cannot answer them degrades gracefully. By default: the task named after the
+        evaluator when :attr:`asks_own_task` is set, else nothing (nothing is checked).
         """
-        return (self.name,)
+        return (self.name,) if self.asks_own_task else ()
 
     @abc.abstractmethod
     async def evaluate(self, event: TraceEvent) -> Score:

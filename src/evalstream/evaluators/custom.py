@@ -140,6 +140,8 @@ class ScorerParams(TextParams):
 class Scorer(Evaluator[ScorerParams]):
     """A user-defined rubric: event fields -> 1..N with the distribution."""
 
+    asks_own_task = True
+
     name = "scorer"
     params_model = ScorerParams
     summary = "user-defined 1-N rubric -> expected level, p(acceptable level)"

@@ -36,6 +36,8 @@ class PromptInjectionParams(BinaryParams):
 class PromptInjection(Evaluator[PromptInjectionParams]):
     """user text -> injection / legitimate; score = p(legitimate)."""
 
+    asks_own_task = True
+
     name = "prompt_injection"
     params_model = PromptInjectionParams
     summary = "user text -> injection / legitimate; score = p(legitimate)"

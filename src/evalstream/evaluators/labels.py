@@ -57,6 +57,8 @@ def label_score(judgement: Judgement, options: Sequence[str], fail_labels: Seque
 class LabelEvaluator(Evaluator[EvaluatorParams]):
     """Shared ``evaluate`` of label evaluators; subclasses build the request."""
 
+    asks_own_task = True
+
     is_label_evaluator = True
 
     def options(self) -> tuple[str, ...]:

@@ -27,6 +27,8 @@ _SEPARATOR = "\n---\n"
 class YesNoEvaluator(Evaluator[BinaryParams]):
     """A yes/no question where yes is good; subclasses give the wording and data."""
 
+    asks_own_task = True
+
     params_model = BinaryParams
     task: ClassVar[str]
     instructions: ClassVar[str]

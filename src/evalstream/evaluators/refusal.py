@@ -28,6 +28,8 @@ class RefusalParams(BinaryParams):
 class Refusal(Evaluator[RefusalParams]):
     """score = p(not refused); label refused / not_refused; passed when not refused."""
 
+    asks_own_task = True
+
     name = "refusal"
     params_model = RefusalParams
     summary = "output (+input) -> refused / not_refused; score = p(not refused)"

@@ -76,6 +76,8 @@ class _Verdict:
 class RoleAdherence(Evaluator[RoleAdherenceParams]):
     """chatbot_role + the conversation -> adhering assistant turns / all assistant turns."""
 
+    asks_own_task = True
+
     name = "role_adherence"
     params_model = RoleAdherenceParams
     summary = "chatbot_role + turns -> share of assistant turns adhering (strict mode: all)"

@@ -148,6 +148,8 @@ def _has_words(text: str) -> bool:
 class RoleViolation(Evaluator[RoleViolationParams]):
     """output + system prompt (or expected_role) -> conformance 0-100 with affected sections."""
 
+    asks_own_task = True
+
     name = "role_violation"
     params_model = RoleViolationParams
     summary = "output vs the prompt's role/behaviours -> conformance 0-100 (+affected sections)"

@@ -61,6 +61,8 @@ class ScaleParams(TextParams):
 class ScaleEvaluator(Evaluator[ScaleParams]):
     """Shared ``evaluate`` of 1-5 evaluators; subclasses set the task, rubric and data."""
 
+    asks_own_task = True
+
     task: ClassVar[str]
     instructions: ClassVar[str]
     question: ClassVar[str]

@@ -51,6 +51,8 @@ class TopicAdherenceParams(BinaryParams):
 class TopicAdherence(Evaluator[TopicAdherenceParams]):
     """output (+input, conversation) vs criteria -> p(on topic), label "nn% yes"."""
 
+    asks_own_task = True
+
     name = "topic_adherence"
     params_model = TopicAdherenceParams
     summary = "output vs criteria -> p(stays within the allowed topics), label 'nn% yes'"
