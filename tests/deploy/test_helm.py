@@ -178,6 +178,7 @@ def test_pod_is_hardened_and_probed(default_docs: list[Manifest]) -> None:
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert {"/etc/evalstream", "/tmp"} <= mounts
     assert pod["automountServiceAccountToken"] is False
+    assert pod["enableServiceLinks"] is False
 
 
 def test_rollout_replaces_before_it_surges(default_docs: list[Manifest]) -> None:

@@ -17,6 +17,17 @@ def test_misspelled_section_variable_is_an_error(monkeypatch: pytest.MonkeyPatch
         load_settings(None)
 
 
+def test_kubernetes_service_link_variables_are_not_overrides(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Kubernetes sets these in every pod for a Service named "evalstream" (the chart's
+    # default release name); refusing them crash-looped every such deployment.
+    for name, value in {"EVALSTREAM_SERVICE_HOST": "10.0.0.7", "EVALSTREAM_PORT":
+                        "tcp://10.0.0.7:9464", "EVALSTREAM_PORT_9464_TCP_ADDR": "10.0.0.7",
+                        "EVALSTREAM_SERVICE_PORT_METRICS": "9464"}.items():
+        monkeypatch.setenv(name, value)
+    assert load_settings(None).worker.max_in_flight > 0
+
+
 def test_misspelled_variable_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "c.yaml"

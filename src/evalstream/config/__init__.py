@@ -221,13 +221,17 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
 def _refuse_unknown_variables(settings: Settings) -> None:
     """A misspelled EVALSTREAM_ section (EVALSTREAM_WORKR__...) would otherwise do nothing.
 
-    Names a judge reads its key from (``api_key_env``) may also start with EVALSTREAM_.
+    Only names with the nested delimiter ``__`` are checked: they can only be meant as
+    overrides. Others are left alone, since the platform sets some: Kubernetes gives every
+    pod EVALSTREAM_SERVICE_HOST, EVALSTREAM_PORT_9464_TCP... for a Service named
+    ``evalstream``. Names a judge reads its key from (``api_key_env``) are exempt too.
     """
     key_vars = {j.api_key_env.upper() for j in settings.judges.values()
                 if isinstance(j, OpenAIJudgeConfig) and j.api_key_env}
     sections = set(Settings.model_fields)
     unknown = sorted(name for name, parts in _environment().items()
-                     if parts[0] not in sections and name.upper() not in key_vars)
+                     if len(parts) > 1 and parts[0] not in sections
+                     and name.upper() not in key_vars)
     if unknown:
         raise ConfigError(f"environment: {', '.join(unknown)} set no configuration section "
                           f"(EVALSTREAM_SECTION__FIELD, sections: {', '.join(sorted(sections))}"
