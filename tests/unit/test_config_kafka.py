@@ -28,6 +28,15 @@ def test_sasl_needs_username_and_password(tmp_path: Path,
     assert load_settings(None, kafka={**SASL, "sasl_username": "u"}).kafka.password() == "from-env"
 
 
+def test_sasl_credentials_may_come_as_aiokafka_extras(monkeypatch: pytest.MonkeyPatch) -> None:
+    # aiokafka's own keywords through EVALSTREAM_KAFKA__EXTRA worked before the credential
+    # check and must keep working.
+    monkeypatch.setenv("EVALSTREAM_KAFKA__EXTRA",
+                       '{"sasl_plain_username": "u", "sasl_plain_password": "p"}')
+    settings = load_settings(None, kafka=SASL)
+    assert settings.kafka.extra["sasl_plain_username"] == "u"
+
+
 def test_oauthbearer_needs_a_token_provider() -> None:
     with pytest.raises(ConfigError, match="sasl_oauth_token_provider"):
         load_settings(None, kafka={**SASL, "sasl_mechanism": "OAUTHBEARER"})

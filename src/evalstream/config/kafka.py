@@ -104,10 +104,13 @@ class KafkaSettings(_Section):
         if self.sasl_mechanism is None:
             raise ValueError("sasl_mechanism is required when security_protocol is SASL_*")
         if self.sasl_mechanism in _PASSWORD_MECHANISMS:
-            if not self.sasl_username:
+            # aiokafka's own sasl_plain_* keywords, passed through ``extra`` (e.g. from
+            # EVALSTREAM_KAFKA__EXTRA), are credentials too.
+            if not self.sasl_username and not self.extra.get("sasl_plain_username"):
                 raise ValueError(f"sasl_username is required for sasl_mechanism "
                                  f"{self.sasl_mechanism} (or EVALSTREAM_KAFKA__SASL_USERNAME)")
-            if self.sasl_password is None and self.sasl_password_file is None:
+            if (self.sasl_password is None and self.sasl_password_file is None
+                    and not self.extra.get("sasl_plain_password")):
                 raise ValueError(f"sasl_mechanism {self.sasl_mechanism} needs a password: set "
                                  f"EVALSTREAM_KAFKA__SASL_PASSWORD or sasl_password_file")
         elif "sasl_oauth_token_provider" not in self.extra:
