@@ -296,6 +296,20 @@ async def test_conversation_does_not_repeat_an_input_the_decoder_already_put_las
     assert judge.requests[0].data == (("text", "assistant: Hi\nuser: Book a table"),)
 
 
+async def test_conversation_of_an_agent_tool_loop_does_not_repeat_the_question() -> None:
+    # An agent's second model call: the question, a tool call, its result. The question is
+    # still the one being answered; appending it again read as the user repeating it.
+    judge = ScriptedJudge({"frustration": {"1": 1.0}})
+    evaluator = make("frustration", judge, source="conversation")
+    event = ev(messages=(Message(role="user", content="Weather in Oslo?"),
+                         Message(role="assistant", content="Let me check."),
+                         Message(role="tool", content='{"temp_c": 18}')),
+               input="Weather in Oslo?", output="18 degrees and sunny.")
+    await evaluator.evaluate(event)
+    assert judge.requests[0].data == (("text", "user: Weather in Oslo?\nassistant: Let me "
+                                               "check.\nassistant: 18 degrees and sunny."),)
+
+
 @pytest.mark.parametrize("name", ["groundedness", "context_relevancy"])
 @pytest.mark.parametrize(("chunks", "size"), [(2000, 400), (3, 3000), (30, 150)])
 async def test_rag_context_stays_within_max_chars(name: str, chunks: int, size: int) -> None:

@@ -89,6 +89,8 @@ def conversation_of(event: TraceEvent, *, include_output: bool = True) -> list[M
             and turns[-1].content == event.output):
         tail = turns[-2:-1]  # the history ends with this exchange: input, then output
     input_is_last = bool(tail and tail[0].role == "user" and tail[0].content == event.input)
+    if not input_is_last and event.input:
+        input_is_last = _in_tool_loop(event.messages, event.input)
     if event.input and not input_is_last:
         turns.append(Message(role="user", content=event.input))
     output_is_last = bool(
@@ -101,6 +103,16 @@ def conversation_of(event: TraceEvent, *, include_output: bool = True) -> list[M
     elif include_output and event.output and not output_is_last:
         turns.append(Message(role="assistant", content=event.output))
     return turns
+
+
+def _in_tool_loop(messages: Sequence[Message], text: str) -> bool:
+    """Whether the last user message is ``text`` and the turns since are an agent's tool
+    loop (a tool result follows it): the same exchange, still going, not a new question."""
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].role == "user":
+            return (messages[index].content == text
+                    and any(m.role == "tool" for m in messages[index + 1:]))
+    return False
 
 
 def require(value: str | None, reason: str) -> str:
