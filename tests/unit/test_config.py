@@ -56,15 +56,17 @@ def test_unknown_judge_reference_names_route_and_evaluator(tmp_path: Path) -> No
 
 
 def test_poll_interval_must_outlast_every_judge_deadline(tmp_path: Path) -> None:
-    # Intake can wait a judge's whole deadline for a slot without fetching; aiokafka leaves
-    # the group when max_poll_interval_ms passes without a fetch.
+    # Intake can wait a whole evaluation (up to three judge calls, each up to its deadline)
+    # for a slot without fetching; aiokafka leaves the group when max_poll_interval_ms
+    # passes without a fetch.
     judge = ("judges:\n  gpt: {type: openai, base_url: 'http://127.0.0.1:1/v1', model: m, "
-             "deadline_s: 900}\n")
-    with pytest.raises(ConfigError, match=r"kafka.max_poll_interval_ms \(600000\) must exceed "
-                                          r"judges.gpt.deadline_s \(900 s\)"):
+             "deadline_s: 500}\n")
+    with pytest.raises(ConfigError, match=r"kafka.max_poll_interval_ms \(1200000\) must "
+                                          r"exceed 3 x judges.gpt.deadline_s \(1500 s\)"):
         load_settings(write(tmp_path, judge))
-    settings = load_settings(write(tmp_path, judge + "kafka: {max_poll_interval_ms: 960000}\n"))
-    assert settings.kafka.max_poll_interval_ms == 960_000
+    settings = load_settings(write(tmp_path, judge + "kafka: {max_poll_interval_ms: 1600000}\n"))
+    assert settings.kafka.max_poll_interval_ms == 1_600_000
+    assert load_settings(None).kafka.max_poll_interval_ms > 3 * 300 * 1000  # default deadline
 
 
 def test_empty_or_unreadable_api_key_file_fails_at_start_up(tmp_path: Path) -> None:

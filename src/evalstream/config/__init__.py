@@ -57,6 +57,10 @@ __all__ = [
     "masked_dump",
 ]
 
+#: The most judge calls one evaluation makes one after another (role_violation: role,
+#: verdict, sections); bounds how long intake can wait for a slot.
+_JUDGE_CALLS_IN_A_ROW = 3
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -153,11 +157,14 @@ class Settings(BaseSettings):
                         raise ValueError(f"judges.{name}: cascade refers to unknown judge {ref!r}")
         for name, judge in self.judges.items():
             deadline = getattr(judge, "deadline_s", None)
-            if deadline is not None and deadline * 1000 >= self.kafka.max_poll_interval_ms:
+            longest = None if deadline is None else deadline * _JUDGE_CALLS_IN_A_ROW
+            if longest is not None and longest * 1000 >= self.kafka.max_poll_interval_ms:
                 raise ValueError(
                     f"kafka.max_poll_interval_ms ({self.kafka.max_poll_interval_ms}) must exceed "
-                    f"judges.{name}.deadline_s ({deadline:g} s): intake can wait that long "
-                    f"for a free slot, and a consumer that does not poll leaves its group")
+                    f"{_JUDGE_CALLS_IN_A_ROW} x judges.{name}.deadline_s ({longest:g} s): an "
+                    f"evaluation makes up to {_JUDGE_CALLS_IN_A_ROW} judge calls in a row, "
+                    f"intake can wait that long for a free slot, and a consumer that does "
+                    f"not poll leaves its group")
         names = [r.name for r in self.routes]
         if len(set(names)) != len(names):
             raise ValueError(f"route names must be unique: {names}")

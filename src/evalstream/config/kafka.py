@@ -61,9 +61,11 @@ class KafkaSettings(_Section):
     connect_timeout_s: float = Field(default=300.0, ge=0)
     session_timeout_ms: int = Field(default=30_000, ge=1_000)
     #: How long the consumer may go without fetching before it leaves the group. Waiting
-    #: for a free evaluation slot can take as long as the slowest judge's ``deadline_s``,
-    #: so this must exceed every judge's deadline (checked at start-up).
-    max_poll_interval_ms: int = Field(default=600_000, ge=10_000)
+    #: for a free evaluation slot can take as long as the slowest evaluation, up to three
+    #: judge calls in a row (role_violation: role, verdict, sections), each bounded by its
+    #: judge's ``deadline_s``; so this must exceed 3 x every judge's deadline (checked at
+    #: start-up).
+    max_poll_interval_ms: int = Field(default=1_200_000, ge=10_000)
     max_poll_records: int = Field(default=500, ge=1)
     fetch_max_bytes: int = Field(default=52_428_800, ge=1_024)
     max_partition_fetch_bytes: int = Field(default=4_194_304, ge=1_024)
