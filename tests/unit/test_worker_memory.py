@@ -250,6 +250,17 @@ async def test_start_up_gives_up_after_connect_timeout(
     assert await asyncio.wait_for(task, 10) == 0
 
 
+async def test_a_stop_during_the_restart_backoff_still_gives_the_observer_its_last_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_module, "_OBSERVER_BACKOFF_S", 30.0)
+    observer = _FlakyObserver()
+    worker, _, _ = build([raw(0)], observers=(observer,))
+    async with started(worker) as task:
+        await until(lambda: observer.runs == 1)
+    assert await task == 0  # the stop cut the 30 s backoff short
+    assert observer.runs == 2  # and the observer ran once more, with stop set
+
+
 async def test_output_failure_stops_the_worker_without_committing() -> None:
     worker, source, _ = build([raw(0), raw(1)], sink=MemorySink(fail=True))
     ready = asyncio.Event()

@@ -459,8 +459,10 @@ class Worker:
         # An observer bug must not stop evaluation, nor silently stop drift alerting for
         # the rest of the process: it is logged and the observer restarted (its state
         # lives in the object), backing off so a bug that repeats does not spin.
+        # A stop during the backoff still runs it once more, so that it takes its final
+        # step (the drift monitor resolves its firing alerts as handed over).
         backoff = _OBSERVER_BACKOFF_S
-        while not self._observers_stop.is_set():
+        while True:
             try:
                 await observer.run(self.outputs.alert, self._observers_stop)
                 return
@@ -472,6 +474,8 @@ class Worker:
             except Exception:
                 log.exception("observer_run_failed", observer=type(observer).__name__,
                               restart_in_s=backoff)
+                if self._observers_stop.is_set():
+                    return  # it failed in its final step: nothing is left to retry
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(backoff):
                     await self._observers_stop.wait()
