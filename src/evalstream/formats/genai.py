@@ -398,7 +398,8 @@ class BatchBuilder:
         options = self._options
         last_user = None
         for role, text in reversed(content.turns):
-            if role == "user":
+            # Whitespace is not a question (a tool loop may leave an empty user turn).
+            if role == "user" and not text.isspace():
                 last_user = text
                 break
         attributes = self._attributes(span, resource, content, operation)

@@ -71,7 +71,8 @@ class Content:
         if role == "system" or role == "developer":
             self.system.append(text)
         else:
-            self.turns.append((role, text))
+            # Gemini names the assistant "model"; evaluators only know "assistant".
+            self.turns.append(("assistant" if role == "model" else role or "user", text))
 
     def empty(self) -> bool:
         """True when no text was found at all."""
@@ -148,11 +149,33 @@ def _message_objects(messages: Any, what: str) -> list[dict[str, Any]]:
     return messages
 
 
+def _tool_responses(parts: Any) -> tuple[list[dict[str, Any]], list[Any]] | None:
+    """(tool_call_response parts, other parts) of a parts list that has any, else ``None``."""
+    if not isinstance(parts, list):
+        return None
+    responses = [p for p in parts if isinstance(p, dict) and p.get("type") == "tool_call_response"]
+    if not responses:
+        return None
+    return responses, [p for p in parts if not (isinstance(p, dict)
+                                                and p.get("type") == "tool_call_response")]
+
+
 def _add_messages(content: Content, messages: Any, what: str) -> None:
     """Add input messages (semconv ``parts`` or OpenAI ``content`` shape)."""
     for message in _message_objects(messages, what):
         role = message.get("role")
-        content.add_turn(role if isinstance(role, str) else "user", _message_text(message))
+        role = role if isinstance(role, str) else "user"
+        parts = message.get("parts")
+        split = _tool_responses(parts) if role != "tool" else None
+        if split is not None:
+            # Anthropic and google-genai send tool results back in a "user" message (the
+            # semconv keeps the provider's role): they are tool output, not the user asking.
+            # Any text beside them is still the user's.
+            responses, others = split
+            content.add_turn("tool", parts_text(responses))
+            content.add_turn(role, parts_text(others))
+            continue
+        content.add_turn(role, _message_text(message))
 
 
 def _add_outputs(content: Content, messages: Any, what: str) -> None:

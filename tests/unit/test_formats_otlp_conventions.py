@@ -1,0 +1,103 @@
+"""Span shapes of real instrumentations (Anthropic, google-genai, Azure, Strands, Phoenix...)
+that the GenAI readers must map to the right roles, input and output."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+
+from evalstream.config import InputTopic
+from evalstream.formats import otlp_json
+from evalstream.formats.base import Decoded
+from evalstream.formats.genai import Options
+
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+
+
+def kv(key: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {"key": key, "value": {"intValue": str(value)}}
+    if not isinstance(value, str):
+        value = json.dumps(value)
+    return {"key": key, "value": {"stringValue": value}}
+
+
+def ev(name: str, attrs: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "timeUnixNano": "1500",
+            "attributes": [kv(k, v) for k, v in attrs.items()]}
+
+
+def span(span_id: str, attrs: dict[str, Any], *, end: int = 2_000, parent: str | None = None,
+         events: list[dict[str, Any]] | None = None,
+         status: dict[str, Any] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "traceId": TRACE, "spanId": span_id, "name": "s", "startTimeUnixNano": "1000",
+        "endTimeUnixNano": str(end), "attributes": [kv(k, v) for k, v in attrs.items()],
+        "events": events or []}
+    if parent:
+        out["parentSpanId"] = parent
+    if status is not None:
+        out["status"] = status
+    return out
+
+
+def decode(*spans: dict[str, Any], resource: dict[str, Any] | None = None) -> Decoded:
+    res = [kv(k, v) for k, v in (resource or {"service.name": "app"}).items()]
+    doc = {"resourceSpans": [{"resource": {"attributes": res},
+                              "scopeSpans": [{"spans": list(spans)}]}]}
+    options = Options.from_topic(InputTopic(topic="t", format="otlp_json"))
+    return otlp_json.decode(orjson.dumps(doc), options)
+
+
+def text(role: str, content: str) -> dict[str, Any]:
+    return {"role": role, "parts": [{"type": "text", "content": content}]}
+
+
+ANSWER = [{"role": "assistant", "parts": [{"type": "text", "content": "18C, cloudy."}],
+           "finish_reason": "stop"}]
+
+
+# --- 1. tool results sent back in "user" messages ------------------------------------------
+
+
+def test_tool_results_in_user_messages_are_tool_turns_not_the_question() -> None:
+    # google-genai / Anthropic keep the provider's role: the tool result is a "user" message.
+    inputs = [text("user", "Weather in Paris?"),
+              {"role": "model", "parts": [{"type": "text", "content": "Let me check."},
+                                          {"type": "tool_call", "id": "c1", "name": "w"}]},
+              {"role": "user", "parts": [{"type": "tool_call_response", "id": "c1",
+                                          "response": {"temp_c": 18}}]},
+              {"role": "", "parts": [{"type": "tool_call_response", "id": "c2",
+                                      "response": "cloudy"}]}]
+    decoded = decode(span("1000000000000001", {
+        "gen_ai.operation.name": "generate_content", "gen_ai.input.messages": inputs,
+        "gen_ai.output.messages": ANSWER}))
+    event = decoded.events[0]
+    assert event.input == "Weather in Paris?"
+    assert [(m.role, m.content) for m in event.messages] == [
+        ("user", "Weather in Paris?"), ("assistant", "Let me check."),
+        ("tool", '{"temp_c":18}'), ("tool", "cloudy")]
+
+
+def test_text_beside_tool_results_is_still_the_user_asking() -> None:
+    inputs = [text("user", "Weather?"),
+              {"role": "user", "parts": [{"type": "tool_call_response", "response": "18C"},
+                                         {"type": "text", "content": "And tomorrow?"}]}]
+    event = decode(span("1000000000000002", {
+        "gen_ai.operation.name": "chat", "gen_ai.input.messages": inputs,
+        "gen_ai.output.messages": ANSWER})).events[0]
+    assert event.input == "And tomorrow?"
+    assert [m.role for m in event.messages] == ["user", "tool", "user"]
+
+
+def test_gemini_model_role_is_assistant_in_flattened_prompts() -> None:
+    event = decode(span("1000000000000003", {
+        "llm.request.type": "chat", "gen_ai.prompt.0.role": "user",
+        "gen_ai.prompt.0.content": "hi", "gen_ai.prompt.1.role": "model",
+        "gen_ai.prompt.1.content": "hello", "gen_ai.prompt.2.role": "user",
+        "gen_ai.prompt.2.content": "how are you?", "gen_ai.completion.0.content": "fine"},
+    )).events[0]
+    assert [m.role for m in event.messages] == ["user", "assistant", "user"]
+    assert event.input == "how are you?"
