@@ -101,3 +101,57 @@ def test_gemini_model_role_is_assistant_in_flattened_prompts() -> None:
     )).events[0]
     assert [m.role for m in event.messages] == ["user", "assistant", "user"]
     assert event.input == "how are you?"
+
+
+# --- 2. OpenInference raw bodies -------------------------------------------------------------
+
+
+def oi_span(span_id: str, attrs: dict[str, Any]) -> dict[str, Any]:
+    json_bodies = {f"{k.split('.')[0]}.mime_type": "application/json"
+                   for k, v in attrs.items() if k.endswith(".value") and not isinstance(v, str)}
+    return span(span_id, {"openinference.span.kind": "LLM", **attrs, **json_bodies})
+
+
+def test_openinference_bodies_of_known_apis_are_unwrapped() -> None:
+    responses = {"object": "response", "output": [
+        {"type": "reasoning", "summary": []},
+        {"type": "message", "role": "assistant",
+         "content": [{"type": "output_text", "text": "Paris is 18C."}]}]}
+    anthropic = {"type": "message", "role": "assistant", "content": [
+        {"type": "text", "text": "Checking."}, {"type": "tool_use", "name": "w", "input": {}}]}
+    decoded = decode(
+        oi_span("1000000000000011", {"input.value": {"input": "Weather?", "model": "gpt-4.1"},
+                                     "output.value": responses}),
+        oi_span("1000000000000012", {"input.value": {"prompt": ["Say hi"]},
+                                     "output.value": {"choices": [{"text": "hi!"}]}}),
+        oi_span("1000000000000013", {
+            "input.value": {"messages": [{"role": "user", "content": [
+                {"type": "text", "text": "Weather?"}]}]},
+            "output.value": anthropic}),
+        oi_span("1000000000000014", {"input.value": "plain question",
+                                     "output.value": {"generations": [[{"text": "gen"}]]}}),
+    )
+    assert [(e.input, e.output) for e in decoded.events] == [
+        ("Weather?", "Paris is 18C."), ("Say hi", "hi!"), ("Weather?", "Checking."),
+        ("plain question", "gen")]
+
+
+def test_openinference_tool_call_replies_have_no_output_rather_than_json() -> None:
+    tool_use = {"type": "message", "role": "assistant",
+                "content": [{"type": "tool_use", "name": "w", "input": {"city": "Paris"}}]}
+    llm_result = {"generations": [[{"text": "", "type": "ChatGeneration"}]],
+                  "type": "LLMResult"}
+    decoded = decode(
+        # Output messages listed (a tool call, no text): the body is not read at all.
+        oi_span("1000000000000021", {
+            "llm.input_messages.0.message.role": "user",
+            "llm.input_messages.0.message.content": "Weather?",
+            "llm.output_messages.0.message.role": "assistant",
+            "output.value": {"choices": [{"message": {"content": "from body"}}]}}),
+        oi_span("1000000000000022", {"input.value": "Weather?", "output.value": tool_use}),
+        oi_span("1000000000000023", {"input.value": "Weather?", "output.value": llm_result}),
+        oi_span("1000000000000024", {"input.value": {"unknown": 1},
+                                     "output.value": {"unknown": 2}}),
+    )
+    assert [(e.input, e.output) for e in decoded.events] == [("Weather?", None)] * 3
+    assert decoded.skipped == {"no_content": 1}
