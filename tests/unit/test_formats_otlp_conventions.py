@@ -155,3 +155,41 @@ def test_openinference_tool_call_replies_have_no_output_rather_than_json() -> No
     )
     assert [(e.input, e.output) for e in decoded.events] == [("Weather?", None)] * 3
     assert decoded.skipped == {"no_content": 1}
+
+
+# --- 3. per-message span events (semconv 1.28-1.36) ---------------------------------------
+
+
+def test_azure_message_events_with_json_bodies() -> None:
+    events = [
+        ev("gen_ai.system.message", {"gen_ai.event.content": {"role": "system",
+                                                              "content": "be terse"}}),
+        ev("gen_ai.user.message", {"gen_ai.event.content": {"role": "user",
+                                                            "content": "capital?"}}),
+        ev("gen_ai.assistant.message", {"gen_ai.event.content": {"content": "Of what?"}}),
+        ev("gen_ai.tool.message", {"gen_ai.event.content": {"content": "42", "id": "c"}}),
+        ev("gen_ai.user.message", {"gen_ai.event.content": {"content": "France"}}),
+        ev("gen_ai.choice", {"gen_ai.event.content": {
+            "finish_reason": "stop", "index": 0, "message": {"content": "Paris"}}}),
+    ]
+    event = decode(span("1000000000000031", {"gen_ai.operation.name": "chat",
+                                             "gen_ai.system": "az.ai.inference"},
+                        events=events)).events[0]
+    assert (event.system_prompt, event.input, event.output) == ("be terse", "France", "Paris")
+    assert [m.role for m in event.messages] == ["user", "assistant", "tool", "user"]
+    assert event.attributes["finish_reasons"] == "stop"
+
+
+def test_strands_message_events_with_content_blocks() -> None:
+    events = [ev("gen_ai.user.message", {"content": [{"text": "Weather in Paris?"}]}),
+              ev("gen_ai.user.message", {"content": "[not json"}),
+              ev("gen_ai.choice", {"finish_reason": "end_turn",
+                                   "message": [{"text": "18C."}, {"toolUse": {"name": "w"}}]})]
+    event = decode(span("1000000000000032", {"gen_ai.operation.name": "chat"},
+                        events=events)).events[0]
+    assert (event.input, event.output) == ("[not json", "18C.")
+    assert event.messages[0].content == "Weather in Paris?"
+    flat = decode(span("1000000000000033", {"gen_ai.operation.name": "chat"}, events=[
+        ev("gen_ai.user.message", {"content": "capital?"}),
+        ev("gen_ai.choice", {"index": 0, "message": {"content": "Paris"}})])).events[0]
+    assert (flat.input, flat.output) == ("capital?", "Paris")
