@@ -193,3 +193,19 @@ def test_strands_message_events_with_content_blocks() -> None:
         ev("gen_ai.user.message", {"content": "capital?"}),
         ev("gen_ai.choice", {"index": 0, "message": {"content": "Paris"}})])).events[0]
     assert (flat.input, flat.output) == ("capital?", "Paris")
+
+
+# --- 4. operation details split over several events ----------------------------------------
+
+DETAILS = "gen_ai.client.inference.operation.details"
+
+
+def test_strands_operation_details_split_over_events_are_merged() -> None:
+    events = [ev(DETAILS, {"gen_ai.system_instructions": [{"type": "text",
+                                                           "content": "Weather bot."}]}),
+              ev(DETAILS, {"gen_ai.input.messages": [text("user", "Weather in Paris?")]}),
+              ev(DETAILS, {"gen_ai.output.messages": ANSWER})]
+    event = decode(span("1000000000000041", {"gen_ai.operation.name": "chat"},
+                        events=events)).events[0]
+    assert (event.system_prompt, event.input, event.output) == (
+        "Weather bot.", "Weather in Paris?", "18C, cloudy.")

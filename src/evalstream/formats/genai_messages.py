@@ -74,6 +74,13 @@ class Content:
             # Gemini names the assistant "model"; evaluators only know "assistant".
             self.turns.append(("assistant" if role == "model" else role or "user", text))
 
+    def merge(self, other: Content) -> None:
+        """Append ``other``'s content (one span's content split over several events)."""
+        self.system.extend(other.system)
+        self.turns.extend(other.turns)
+        self.outputs.extend(other.outputs)
+        self.finish_reasons.extend(other.finish_reasons)
+
     def empty(self) -> bool:
         """True when no text was found at all."""
         return not (self.system or self.turns or self.outputs)
@@ -298,7 +305,8 @@ def _add_choice(content: Content, get: AttrGetter) -> None:
 
 
 def read_semconv_events(events: list[tuple[str, AttrGetter]]) -> Content | None:
-    """Span events: ``gen_ai.client.inference.operation.details`` (>= 1.37), the
+    """Span events: ``gen_ai.client.inference.operation.details`` (>= 1.37; all of them,
+    as Strands sends system instructions, input and output as separate events), the
     per-message ``gen_ai.{system,user,assistant,tool}.message`` / ``gen_ai.choice``
     (1.28-1.36), or ``gen_ai.content.prompt`` / ``gen_ai.content.completion`` (<= 1.27)."""
     content: Content | None = None
@@ -315,7 +323,10 @@ def read_semconv_events(events: list[tuple[str, AttrGetter]]) -> Content | None:
         elif name == _DETAILS:
             found = read_semconv(get)
             if found is not None:
-                return found
+                if content is None:
+                    content = found
+                else:
+                    content.merge(found)
         elif name == "gen_ai.content.prompt":
             prompt = get("gen_ai.prompt")
             if prompt is not None:
