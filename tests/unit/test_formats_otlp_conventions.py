@@ -209,3 +209,19 @@ def test_strands_operation_details_split_over_events_are_merged() -> None:
                         events=events)).events[0]
     assert (event.system_prompt, event.input, event.output) == (
         "Weather bot.", "Weather in Paris?", "18C, cloudy.")
+
+
+# --- 5. OpenLLMetry completion-style prompts ------------------------------------------------
+
+
+def test_openllmetry_completion_prompt_user_key_is_the_question() -> None:
+    decoded = decode(
+        span("1000000000000051", {"gen_ai.system": "AWS", "llm.request.type": "completion",
+                                   "gen_ai.prompt.0.user": "Translate: hello",
+                                   "gen_ai.completion.0.content": "hola"}),
+        # Content only under .user: still read (it is a content key, not "capture off").
+        span("1000000000000052", {"gen_ai.prompt.0.user": "Say hi"}),
+    )
+    assert [(e.input, e.output) for e in decoded.events] == [
+        ("Translate: hello", "hola"), ("Say hi", None)]
+    assert [m.role for m in decoded.events[0].messages] == ["user"]

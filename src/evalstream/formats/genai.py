@@ -106,12 +106,14 @@ _LLM_MARKERS = (
     "gen_ai.provider.name", "gen_ai.system", "gen_ai.request.model", "gen_ai.input.messages",
     "gen_ai.output.messages", "gen_ai.prompt.0.content", "gen_ai.prompt.0.role",
     "gen_ai.completion.0.content", "llm.model_name", "llm.input_messages.0.message.role",
+    "gen_ai.prompt.0.user",
 )
 #: A span without any of these (and without events) carries no content: no reader can
 #: find any, so they are not run.
 _CONTENT_KEYS = frozenset({
     "gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions",
-    "gen_ai.prompt.0.role", "gen_ai.prompt.0.content", "gen_ai.completion.0.content",
+    "gen_ai.prompt.0.role", "gen_ai.prompt.0.content", "gen_ai.prompt.0.user",
+    "gen_ai.completion.0.content",
     "gen_ai.completion.0.role", "gen_ai.completion.0.finish_reason",
     "llm.input_messages.0.message.role", "llm.input_messages.0.message.content",
     "llm.input_messages.0.message.contents.0.message_content.text",

@@ -10,7 +10,7 @@ by the protobuf and the JSON decoders. Conventions, newest first:
   the same attributes on the ``gen_ai.client.inference.operation.details`` span event.
 * OTel GenAI semconv <= 1.27: span events ``gen_ai.content.prompt`` /
   ``gen_ai.content.completion`` holding OpenAI-style message JSON.
-* OpenLLMetry (legacy flattened): ``gen_ai.prompt.N.role|content``,
+* OpenLLMetry (legacy flattened): ``gen_ai.prompt.N.role|content`` (or ``.user``),
   ``gen_ai.completion.N.role|content|finish_reason``.
 * OpenInference: ``llm.input_messages.N.message.role|content`` (or
   ``...contents.K.message_content.text``), ``llm.output_messages...``, ``input.value`` /
@@ -347,8 +347,12 @@ def read_legacy(get: AttrGetter) -> Content | None:
     while True:
         role = get(f"gen_ai.prompt.{i}.role")
         text = get(f"gen_ai.prompt.{i}.content")
-        if role is None and text is None:
-            break
+        if text is None and role is None:
+            # Completion-style instrumentations (OpenAI completions, Bedrock, Cohere...)
+            # write the prompt as ``gen_ai.prompt.N.user``.
+            text = get(f"gen_ai.prompt.{i}.user")
+            if text is None:
+                break
         content = content or Content()
         content.add_turn(str(role or "user"), _maybe_parts(_stringify(text)))
         i += 1
