@@ -225,3 +225,21 @@ def test_openllmetry_completion_prompt_user_key_is_the_question() -> None:
     assert [(e.input, e.output) for e in decoded.events] == [
         ("Translate: hello", "hola"), ("Say hi", None)]
     assert [m.role for m in decoded.events[0].messages] == ["user"]
+
+
+# --- 6. failed calls --------------------------------------------------------------------------
+
+
+def test_failed_spans_are_skipped_as_error_spans() -> None:
+    attrs = {"gen_ai.operation.name": "chat", "gen_ai.input.messages": [text("user", "Q?")],
+             "gen_ai.output.messages": [text("assistant", "The partial ans")]}
+    decoded = decode(span("1000000000000061", attrs, status={"code": 2, "message": "timeout"}),
+                     span("1000000000000062", attrs, status={"code": "STATUS_CODE_ERROR"}),
+                     span("1000000000000063", attrs, status={"code": 1}),
+                     span("1000000000000064", attrs, status={}))
+    assert [e.span_id for e in decoded.events] == ["1000000000000063", "1000000000000064"]
+    assert decoded.skipped == {"error_span": 2}
+    # Failed tool spans stay what they are: not model calls.
+    tool = span("1000000000000065", {"gen_ai.operation.name": "execute_tool"},
+                status={"code": 2})
+    assert decode(tool).skipped == {"not_llm": 1}

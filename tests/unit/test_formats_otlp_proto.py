@@ -252,3 +252,21 @@ def test_an_empty_batch_is_counted() -> None:
     assert decode(b"").skipped == {"empty_batch": 1}
     assert decode(TracesData(resource_spans=[{}]).SerializeToString()).skipped == {
         "empty_batch": 1}
+
+
+def test_failed_chat_spans_are_skipped_as_error_spans(
+        sdk: tuple[Tracer, InMemorySpanExporter]) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
+    tracer, exporter = sdk
+    for status in (StatusCode.ERROR, StatusCode.OK, StatusCode.UNSET):
+        with tracer.start_as_current_span("chat gpt-4o") as span:
+            span.set_attribute("gen_ai.operation.name", "chat")
+            span.set_attribute("gen_ai.input.messages", json.dumps([parts("user", "Q?")]))
+            # A stream cut by the error: partial text that must not be judged.
+            span.set_attribute("gen_ai.output.messages",
+                               json.dumps([parts("assistant", "The ans")]))
+            span.set_status(Status(status))
+    decoded = decode(encode(exporter.get_finished_spans()))
+    assert len(decoded.events) == 2
+    assert decoded.skipped == {"error_span": 1}

@@ -26,8 +26,9 @@ A chat span becomes one :class:`~evalstream.events.TraceEvent`:
 
 Spans that are not evaluated are counted in ``Decoded.skipped``: ``not_genai`` (no GenAI
 marker at all), ``not_llm`` (tool, retrieval, agent, embedding... spans), ``no_content``
-(content capture off), ``bad_span`` (malformed ids or content), ``too_many_events`` (chat
-spans past :data:`MAX_EVENTS_PER_MESSAGE`), ``too_many_spans`` (spans past
+(content capture off), ``error_span`` (status ERROR: the call failed), ``bad_span``
+(malformed ids or content), ``too_many_events`` (chat spans past
+:data:`MAX_EVENTS_PER_MESSAGE`), ``too_many_spans`` (spans past
 :data:`MAX_SPANS_PER_MESSAGE`, not looked at); a message without any span counts once as
 ``empty_batch``. Only a message that is not OTLP at all raises ``DecodeError`` (-> dead
 letter); that is the decoders' business, not this module's, except the shared bound
@@ -243,6 +244,10 @@ class SpanView(Attrs, ABC):
         """The span name."""
 
     @abstractmethod
+    def failed(self) -> bool:
+        """Whether the span's status is ERROR (the call failed)."""
+
+    @abstractmethod
     def has_events(self) -> bool:
         """Whether the span has events (cheap; :meth:`events` builds them)."""
 
@@ -373,6 +378,11 @@ class BatchBuilder:
             if reason == "not_llm":
                 self._keep_documents(span)
             self.skipped[reason] += 1
+            return
+        if span.failed():
+            # A failed call (rate limit, timeout, cut stream) has no answer, or a partial
+            # one: judging it would score the outage, not the model.
+            self.skipped["error_span"] += 1
             return
         if len(self._pending) >= MAX_EVENTS_PER_MESSAGE:
             self.skipped["too_many_events"] += 1

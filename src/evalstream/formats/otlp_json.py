@@ -111,6 +111,14 @@ class _JsonSpan(SpanView):
         name = self.span.get("name")
         return name if isinstance(name, str) else ""
 
+    def failed(self) -> bool:
+        status = self.span.get("status")
+        if not status:
+            return False
+        code: object = status.get("code")
+        # An integer per the OTLP/JSON spec; some exporters write the enum name.
+        return code == 2 or code == "STATUS_CODE_ERROR"
+
     def has_events(self) -> bool:
         return bool(self.span.get("events"))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from google.protobuf.message import DecodeError as ProtoDecodeError
-from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+from opentelemetry.proto.trace.v1.trace_pb2 import Status, TracesData
 
 from evalstream.config import InputTopic
 from evalstream.errors import DecodeError
@@ -29,6 +29,8 @@ from evalstream.formats.genai import (
 from evalstream.formats.genai_messages import AttrGetter
 
 __all__ = ["any_value", "decode", "make_decoder"]
+
+_STATUS_ERROR = Status.STATUS_CODE_ERROR
 
 
 def any_value(value: Any) -> Any:
@@ -83,6 +85,9 @@ class _ProtoSpan(SpanView):
     def name(self) -> str:
         name: str = self.span.name
         return name
+
+    def failed(self) -> bool:
+        return bool(self.span.status.code == _STATUS_ERROR)
 
     def has_events(self) -> bool:
         return len(self.span.events) > 0
