@@ -243,3 +243,30 @@ def test_failed_spans_are_skipped_as_error_spans() -> None:
     tool = span("1000000000000065", {"gen_ai.operation.name": "execute_tool"},
                 status={"code": 2})
     assert decode(tool).skipped == {"not_llm": 1}
+
+
+# --- 7. one model call seen by two instrumentations ------------------------------------------
+
+
+def oi_chat(span_id: str, question: str, answer: str, parent: str | None = None,
+            end: int = 2_000) -> dict[str, Any]:
+    return span(span_id, {"openinference.span.kind": "LLM",
+                          "llm.input_messages.0.message.role": "user",
+                          "llm.input_messages.0.message.content": question,
+                          "llm.output_messages.0.message.role": "assistant",
+                          "llm.output_messages.0.message.content": answer},
+                parent=parent, end=end)
+
+
+def test_framework_span_around_the_same_provider_call_is_a_duplicate() -> None:
+    langchain, openai = "100000000000007a", "100000000000007B"
+    decoded = decode(
+        oi_chat(langchain, "hi", "hello", end=3_000),  # LangChain LLM span (parent)
+        oi_chat(openai, "hi", "hello", parent=langchain),  # OpenAI SDK span (child)
+        # A parent whose child is another call (different answer) is kept.
+        oi_chat("1000000000000071", "plan", "call the tool", end=3_000),
+        oi_chat("1000000000000072", "hi", "other", parent="1000000000000071"),
+    )
+    assert [e.span_id for e in decoded.events] == [
+        "100000000000007b", "1000000000000071", "1000000000000072"]
+    assert decoded.skipped == {"duplicate_span": 1}

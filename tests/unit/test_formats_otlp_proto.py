@@ -270,3 +270,19 @@ def test_failed_chat_spans_are_skipped_as_error_spans(
     decoded = decode(encode(exporter.get_finished_spans()))
     assert len(decoded.events) == 2
     assert decoded.skipped == {"error_span": 1}
+
+
+def test_a_chat_span_around_the_same_call_is_a_duplicate(
+        sdk: tuple[Tracer, InMemorySpanExporter]) -> None:
+    tracer, exporter = sdk
+
+    # LangChain's span, then the OpenAI SDK's span of the same call, nested.
+    with (tracer.start_as_current_span("ChatOpenAI") as outer,
+          tracer.start_as_current_span("ChatCompletion") as inner):
+        for span in (outer, inner):
+            span.set_attribute("openinference.span.kind", "LLM")
+            span.set_attribute("input.value", "hi")
+            span.set_attribute("output.value", "hello")
+    decoded = decode(encode(exporter.get_finished_spans()))
+    assert [e.attributes["span_name"] for e in decoded.events] == ["ChatCompletion"]
+    assert decoded.skipped == {"duplicate_span": 1}

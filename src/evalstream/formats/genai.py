@@ -27,7 +27,8 @@ A chat span becomes one :class:`~evalstream.events.TraceEvent`:
 Spans that are not evaluated are counted in ``Decoded.skipped``: ``not_genai`` (no GenAI
 marker at all), ``not_llm`` (tool, retrieval, agent, embedding... spans), ``no_content``
 (content capture off), ``error_span`` (status ERROR: the call failed), ``bad_span``
-(malformed ids or content), ``too_many_events`` (chat spans past
+(malformed ids or content), ``duplicate_span`` (a chat span whose child chat span in the
+same message has the same input and output), ``too_many_events`` (chat spans past
 :data:`MAX_EVENTS_PER_MESSAGE`), ``too_many_spans`` (spans past
 :data:`MAX_SPANS_PER_MESSAGE`, not looked at); a message without any span counts once as
 ``empty_batch``. Only a message that is not OTLP at all raises ``DecodeError`` (-> dead
@@ -248,6 +249,10 @@ class SpanView(Attrs, ABC):
         """Whether the span's status is ERROR (the call failed)."""
 
     @abstractmethod
+    def parent_id(self) -> str:
+        """The parent span id as lowercase hex, ``""`` for a root span."""
+
+    @abstractmethod
     def has_events(self) -> bool:
         """Whether the span has events (cheap; :meth:`events` builds them)."""
 
@@ -346,6 +351,13 @@ class _Pending:
     fields: dict[str, Any]
     trace_id: str
     end_ns: int
+    span_id: str
+    parent_id: str
+
+    def key(self) -> tuple[str, str | None, str | None]:
+        """What makes two nested spans the same model call twice."""
+        fields = self.fields
+        return self.trace_id, fields["input"], fields["output"]
 
 
 class BatchBuilder:
@@ -395,7 +407,7 @@ class BatchBuilder:
         start_ns, end_ns = span.times()
         self._pending.append(_Pending(
             self._fields(span, resource, content, operation, trace_id, span_id, end_ns or start_ns),
-            trace_id, end_ns or start_ns))
+            trace_id, end_ns or start_ns, span_id, span.parent_id()))
 
     def _keep_documents(self, span: SpanView) -> None:
         docs = retrieval_documents(span.get)
@@ -485,6 +497,17 @@ class BatchBuilder:
             self.spans += count
             self.skipped["too_many_spans"] += count
 
+    def _nested_calls(self) -> set[tuple[str, tuple[str, str | None, str | None]]]:
+        """(parent span id, call key) of each chat span whose parent is in this message: a
+        parent with the same key wraps the same model call. (Span ids are random 64-bit
+        numbers, so one is not shared across the traces of a message; the key has the
+        trace id anyway.)"""
+        pending = self._pending
+        if len(pending) < 2:
+            return set()
+        ids = {p.span_id for p in pending}
+        return {(p.parent_id, p.key()) for p in pending if p.parent_id in ids}
+
     def finish(self) -> Decoded:
         """The decoded events (retrieval context attached) and the skip counts.
 
@@ -495,7 +518,13 @@ class BatchBuilder:
             self.skipped["empty_batch"] += 1
         events: list[TraceEvent] = []
         traces: dict[str, _TraceDocuments] = {}
+        nested = self._nested_calls()
         for pending in self._pending:
+            if nested and (pending.span_id, pending.key()) in nested:
+                # A framework span (LangChain under Phoenix) around the provider's own span
+                # of the same call: scoring both would count the answer twice.
+                self.skipped["duplicate_span"] += 1
+                continue
             fields = pending.fields
             if not fields["context"]:
                 trace = traces.get(pending.trace_id)

@@ -119,6 +119,10 @@ class _JsonSpan(SpanView):
         # An integer per the OTLP/JSON spec; some exporters write the enum name.
         return code == 2 or code == "STATUS_CODE_ERROR"
 
+    def parent_id(self) -> str:
+        parent = self.span.get("parentSpanId")
+        return parent.lower() if isinstance(parent, str) else ""
+
     def has_events(self) -> bool:
         return bool(self.span.get("events"))
 

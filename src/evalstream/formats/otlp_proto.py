@@ -89,6 +89,10 @@ class _ProtoSpan(SpanView):
     def failed(self) -> bool:
         return bool(self.span.status.code == _STATUS_ERROR)
 
+    def parent_id(self) -> str:
+        parent: bytes = self.span.parent_span_id
+        return parent.hex()
+
     def has_events(self) -> bool:
         return len(self.span.events) > 0
 
