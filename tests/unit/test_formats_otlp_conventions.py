@@ -270,3 +270,18 @@ def test_framework_span_around_the_same_provider_call_is_a_duplicate() -> None:
     assert [e.span_id for e in decoded.events] == [
         "100000000000007b", "1000000000000071", "1000000000000072"]
     assert decoded.skipped == {"duplicate_span": 1}
+
+
+# --- 8. Phoenix project names -------------------------------------------------------------
+
+
+def test_phoenix_project_name_stands_in_for_a_default_service_name() -> None:
+    def app_of(resource: dict[str, Any]) -> str | None:
+        return decode(oi_chat("1000000000000081", "hi", "hello"),
+                      resource=resource).events[0].app
+
+    project = {"openinference.project.name": "billing-bot"}
+    assert app_of({"service.name": "unknown_service:python", **project}) == "billing-bot"
+    assert app_of(project) == "billing-bot"
+    assert app_of({"service.name": "svc", **project}) == "svc"
+    assert app_of({"service.name": "unknown_service"}) == "unknown_service"

@@ -18,7 +18,8 @@ A chat span becomes one :class:`~evalstream.events.TraceEvent`:
   :data:`MAX_CONTEXT_DOCUMENTS` documents and :data:`MAX_CONTEXT_CHARS` characters;
 * ``session_id`` from the configured attribute, ``gen_ai.conversation.id`` or
   ``session.id`` (span, then resource); ``app`` from the configured attribute or the
-  resource's ``service.name``;
+  resource's ``service.name`` (``openinference.project.name`` when that is missing or the
+  SDK's ``unknown_service`` default);
 * ``attributes`` (flat strings, for routing and metrics): ``operation``, ``provider``,
   ``model``, ``response_model``, ``input_tokens``, ``output_tokens``, ``finish_reasons``,
   ``response_id``, ``agent_name``, ``user_id``, ``environment``, ``span_name`` when present,
@@ -214,7 +215,15 @@ class Resource:
 
     def __init__(self, attrs: Attrs, options: Options) -> None:
         self.attrs = attrs
-        self.app = attrs.first_text((*options.app_keys, "service.name"))
+        self.app = attrs.first_text(options.app_keys) if options.app_keys else None
+        if self.app is None:
+            service = attrs.first_text(("service.name",))
+            if service is None or service.startswith("unknown_service"):
+                # Phoenix's register(project_name=...) names the app only as its project,
+                # leaving the SDK's default "unknown_service:python".
+                self.app = attrs.first_text(("openinference.project.name",)) or service
+            else:
+                self.app = service
         self.session_id = attrs.first_text(options.session_keys)
         self.environment = attrs.first_text(_ENVIRONMENT_KEYS)
         #: The topic's ``attribute_map`` values found on the resource, by output name.
