@@ -1,21 +1,22 @@
 """Span -> TraceEvent extraction shared by the ``otlp_proto`` and ``otlp_json`` decoders.
 
 A decoder walks its message (resource -> scope -> span) and hands each span to a
-:class:`BatchBuilder` as a :class:`SpanView`: raw attributes plus a converter for their
-values. Values are converted only when read, so a span that is skipped (most of them in
-production: tool and retrieval spans, chat spans without captured content) costs a dict
-build and a few lookups, not a full conversion.
+:class:`BatchBuilder` as a :class:`~.span_view.SpanView`: raw attributes plus a converter
+for their values. Values are converted only when read, so a span that is skipped (most of
+them in production: tool and retrieval spans, chat spans without captured content) costs a
+dict build and a few lookups, not a full conversion.
 
 A chat span becomes one :class:`~evalstream.events.TraceEvent`:
 
 * ``event_id`` = ``<trace_id>-<span_id>`` (lowercase hex), so a re-exported span gets the
   same result ids;
-* content from the first convention the span carries (see :mod:`.genai_messages`);
+* content from the first convention the span carries (see :mod:`.genai_spans`);
   ``input`` = last user message, ``messages`` = the non-system input turns, ``output`` =
   the first choice's text, ``system_prompt`` = system instructions / system messages;
 * ``context`` = documents on the span, else those of retrieval spans of the same trace in
   the same message that ended before it (in end-time order), at most
-  :data:`MAX_CONTEXT_DOCUMENTS` documents and :data:`MAX_CONTEXT_CHARS` characters;
+  :data:`MAX_CONTEXT_DOCUMENTS` documents and :data:`MAX_CONTEXT_CHARS` characters (see
+  :mod:`.trace_context`);
 * ``session_id`` from the configured attribute, ``gen_ai.conversation.id`` or
   ``session.id`` (span, then resource); ``app`` from the configured attribute or the
   resource's ``service.name`` (``openinference.project.name`` when that is missing or the
@@ -44,8 +45,6 @@ once per resource, and the caps bound what one message can cost whatever
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -56,29 +55,21 @@ from evalstream.config import InputTopic
 from evalstream.errors import DecodeError
 from evalstream.events import Message, Record, TraceEvent
 from evalstream.formats.base import Decoded, Decoder
-from evalstream.formats.genai_messages import (
-    AttrGetter,
-    BadSpanError,
-    Content,
-    read_legacy,
-    read_openinference,
-    read_semconv,
-    read_semconv_events,
-    retrieval_documents,
+from evalstream.formats.genai_messages import BadSpanError, Content, retrieval_documents
+from evalstream.formats.genai_spans import classify, read_content
+from evalstream.formats.span_view import Options, Resource, SpanView, flat_text
+from evalstream.formats.trace_context import (
+    MAX_CONTEXT_CHARS,
+    MAX_CONTEXT_DOCUMENTS,
+    TraceDocuments,
+    bounded_context,
 )
 
+# The context bounds and Options are re-exported: tests and callers name them from here.
 __all__ = ["MAX_CONTAINERS_PER_MESSAGE", "MAX_CONTEXT_CHARS", "MAX_CONTEXT_DOCUMENTS",
-           "MAX_EVENTS_PER_MESSAGE", "MAX_SPANS_PER_MESSAGE", "Attrs", "BadSpanError",
-           "BatchBuilder", "Options", "Resource", "SpanView", "check_containers",
-           "record_decoder"]
+           "MAX_EVENTS_PER_MESSAGE", "MAX_SPANS_PER_MESSAGE", "BatchBuilder", "Options",
+           "check_containers", "record_decoder"]
 
-#: Bounds on one event's ``context``. The evaluators that read it (RAG groundedness and
-#: relevancy, custom prompts) send at most ``max_chars`` (<= 200,000) of it, split between
-#: the documents, so more is never read. Without a bound, context inherited from a trace's
-#: retrieval spans is a documents x chat spans product: one retriever span with 10,000 tiny
-#: documents and 1,000 small chat spans (a 300 KB message) made 10 million references.
-MAX_CONTEXT_DOCUMENTS = 32
-MAX_CONTEXT_CHARS = 200_000
 #: Chat spans of one message turned into events; later ones are counted as
 #: ``too_many_events``. An event costs ~3 KB of Python objects even when its span is ~100
 #: bytes on the wire, so this bounds a message's memory whatever ``max_message_bytes`` is.
@@ -101,32 +92,6 @@ MAX_CONTAINERS_PER_MESSAGE = 2 * MAX_SPANS_PER_MESSAGE
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
-#: Where the kind of span is declared, most specific first.
-_KIND_KEYS = ("gen_ai.operation.name", "llm.request.type", "openinference.span.kind")
-#: Any of these without a declared kind still marks a model call (semconv <= 1.26 had no
-#: operation name; flattened prompts may come without ``llm.request.type``).
-_LLM_MARKERS = (
-    "gen_ai.provider.name", "gen_ai.system", "gen_ai.request.model", "gen_ai.input.messages",
-    "gen_ai.output.messages", "gen_ai.prompt.0.content", "gen_ai.prompt.0.role",
-    "gen_ai.completion.0.content", "llm.model_name", "llm.input_messages.0.message.role",
-    "gen_ai.prompt.0.user",
-)
-#: A span without any of these (and without events) carries no content: no reader can
-#: find any, so they are not run.
-_CONTENT_KEYS = frozenset({
-    "gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions",
-    "gen_ai.prompt.0.role", "gen_ai.prompt.0.content", "gen_ai.prompt.0.user",
-    "gen_ai.completion.0.content",
-    "gen_ai.completion.0.role", "gen_ai.completion.0.finish_reason",
-    "llm.input_messages.0.message.role", "llm.input_messages.0.message.content",
-    "llm.input_messages.0.message.contents.0.message_content.text",
-    "llm.input_messages.0.message.contents.0.message_content.type",
-    "llm.output_messages.0.message.role", "llm.output_messages.0.message.content",
-    "llm.output_messages.0.message.contents.0.message_content.text",
-    "llm.output_messages.0.message.contents.0.message_content.type",
-    "input.value", "output.value",
-})
-_SESSION_KEYS = ("gen_ai.conversation.id", "session.id")
 #: TraceEvent.attributes name -> span attribute keys tried in order.
 _SPAN_ATTRIBUTES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("provider", ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")),
@@ -140,219 +105,14 @@ _SPAN_ATTRIBUTES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("agent_name", ("gen_ai.agent.name",)),
     ("user_id", ("user.id", "enduser.id")),
 )
-_ENVIRONMENT_KEYS = ("deployment.environment.name", "deployment.environment")
 #: What reading a malformed span can raise (out-of-range times raise OverflowError,
 #: absurdly nested values RecursionError).
 _MALFORMED = (BadSpanError, ValueError, TypeError, KeyError, AttributeError, IndexError,
               ArithmeticError, RecursionError)
 
 
-def _text(value: Any) -> str:
-    """A flat string for an attribute value (lists comma-joined, booleans lowercase)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return ",".join(_text(v) for v in value)
-    return str(value)
-
-
-class Attrs:
-    """Raw attributes by key, with lazy conversion of values to plain Python."""
-
-    __slots__ = ("convert", "raw")
-
-    def __init__(self, raw: dict[str, Any], convert: Callable[[Any], Any]) -> None:
-        self.raw = raw
-        self.convert = convert
-
-    def get(self, key: str) -> Any:
-        """The converted value of ``key``, or ``None``."""
-        raw = self.raw.get(key)
-        return None if raw is None else self.convert(raw)
-
-    def first_text(self, keys: tuple[str, ...]) -> str | None:
-        """The first of ``keys`` present, as a non-empty flat string."""
-        raw_get = self.raw.get
-        for key in keys:
-            value = raw_get(key)
-            if value is not None:
-                text = self.convert(value)
-                if type(text) is not str:
-                    text = _text(text)
-                if text:
-                    return text
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class Options:
-    """Per-topic extraction settings, resolved once from the :class:`InputTopic`."""
-
-    llm_operations: frozenset[str]
-    session_keys: tuple[str, ...]
-    app_keys: tuple[str, ...]
-    attribute_map: tuple[tuple[str, str], ...]
-
-    @classmethod
-    def from_topic(cls, topic: InputTopic) -> Options:
-        """Options for ``topic``."""
-        session = (topic.session_attribute,) if topic.session_attribute else ()
-        return cls(
-            llm_operations=frozenset(op.lower() for op in topic.llm_operations),
-            session_keys=(*session, *_SESSION_KEYS),
-            app_keys=(topic.app_attribute,) if topic.app_attribute else (),
-            attribute_map=tuple(topic.attribute_map.items()),
-        )
-
-
-class Resource:
-    """What a resource contributes to each of its spans' events (resolved once: a resource
-    value converted per event would cost its size times the number of events)."""
-
-    __slots__ = ("app", "attrs", "environment", "mapped", "session_id")
-
-    def __init__(self, attrs: Attrs, options: Options) -> None:
-        self.attrs = attrs
-        self.app = attrs.first_text(options.app_keys) if options.app_keys else None
-        if self.app is None:
-            service = attrs.first_text(("service.name",))
-            if service is None or service.startswith("unknown_service"):
-                # Phoenix's register(project_name=...) names the app only as its project,
-                # leaving the SDK's default "unknown_service:python".
-                self.app = attrs.first_text(("openinference.project.name",)) or service
-            else:
-                self.app = service
-        self.session_id = attrs.first_text(options.session_keys)
-        self.environment = attrs.first_text(_ENVIRONMENT_KEYS)
-        #: The topic's ``attribute_map`` values found on the resource, by output name.
-        self.mapped: dict[str, str] = {}
-        for out_name, key in options.attribute_map:
-            value = attrs.first_text((key,))
-            if value is not None:
-                self.mapped[out_name] = value
-
-
-class SpanView(Attrs, ABC):
-    """One span as the extractor needs it: its attributes (the :class:`Attrs` part, set by
-    the subclass constructor) and accessors implemented by each OTLP encoding. One object
-    per span, no more: this is allocated for every span of every message."""
-
-    __slots__ = ()
-
-    @abstractmethod
-    def ids(self) -> tuple[str, str]:
-        """(trace_id, span_id) as lowercase hex; raises ``BadSpanError`` when invalid."""
-
-    @abstractmethod
-    def times(self) -> tuple[int, int]:
-        """(start, end) in Unix nanoseconds (0 when unset)."""
-
-    @abstractmethod
-    def name(self) -> str:
-        """The span name."""
-
-    @abstractmethod
-    def failed(self) -> bool:
-        """Whether the span's status is ERROR (the call failed)."""
-
-    @abstractmethod
-    def parent_id(self) -> str:
-        """The parent span id as lowercase hex, ``""`` for a root span."""
-
-    @abstractmethod
-    def has_events(self) -> bool:
-        """Whether the span has events (cheap; :meth:`events` builds them)."""
-
-    @abstractmethod
-    def events(self) -> list[tuple[str, AttrGetter]]:
-        """The span's events as (name, attribute getter)."""
-
-
-def _classify(attrs: Attrs, kinds: frozenset[str]) -> tuple[str | None, str | None]:
-    """(operation, skip reason); reason ``None`` means "a model call to evaluate"."""
-    raw = attrs.raw
-    for key in _KIND_KEYS:
-        if key in raw:
-            operation = _text(attrs.get(key)).lower()
-            return operation, (None if operation in kinds else "not_llm")
-    if "traceloop.span.kind" in raw:  # OpenLLMetry workflow/task/agent/tool spans
-        return None, "not_llm"
-    for key in _LLM_MARKERS:
-        if key in raw:
-            return None, None
-    return None, "not_genai"
-
-
-def _read_content(span: SpanView) -> Content | None:
-    """Content from the first convention the span carries, newest first."""
-    if _CONTENT_KEYS.isdisjoint(span.raw) and not span.has_events():
-        return None  # the common case in production: content capture is off
-    get = span.get
-    found = read_semconv(get)
-    if found is None or found.empty():
-        found = read_semconv_events(span.events())
-    if found is None or found.empty():
-        found = read_legacy(get)
-    if found is None or found.empty():
-        found = read_openinference(get)
-    return None if found is None or found.empty() else found
-
-
 def _timestamp(ns: int) -> datetime:
     return _EPOCH + timedelta(microseconds=ns // 1000)
-
-
-def _bounded(docs: Iterable[str]) -> tuple[str, ...]:
-    """The first documents within :data:`MAX_CONTEXT_DOCUMENTS` / :data:`MAX_CONTEXT_CHARS`
-    (the one that crosses the character bound is cut to it). Stops reading at the bound."""
-    kept: list[str] = []
-    room = MAX_CONTEXT_CHARS
-    for doc in docs:
-        if len(kept) == MAX_CONTEXT_DOCUMENTS or room <= 0:
-            break
-        if len(doc) > room:
-            doc = doc[:room]
-        kept.append(doc)
-        room -= len(doc)
-    return tuple(kept)
-
-
-def _end(entry: tuple[int, str]) -> int:
-    return entry[0]
-
-
-class _TraceDocuments:
-    """The retrieval documents of one trace, handed to its chat spans as context.
-
-    Documents are put in end-time order once (stable: message order for spans that ended
-    together, rank order within a span), so the documents that ended before a chat span
-    are a prefix, found by bisection, and its context is the bounded head of that prefix.
-    Equal prefixes share one tuple. (Pydantic rebuilds a ``tuple[str, ...]`` field when it
-    validates a TraceEvent, so each event still holds its own tuple, but of at most
-    :data:`MAX_CONTEXT_DOCUMENTS` references to the same strings.)
-    """
-
-    __slots__ = ("_bounded", "_ends", "_prefixes")
-
-    def __init__(self, docs: list[tuple[int, str]]) -> None:
-        docs.sort(key=_end)
-        self._ends = [end for end, _ in docs]
-        self._bounded = _bounded(doc for _, doc in docs)
-        self._prefixes: dict[int, tuple[str, ...]] = {}
-
-    def before(self, end_ns: int) -> tuple[str, ...]:
-        """The bounded context of a chat span that ended at ``end_ns``."""
-        count = bisect_right(self._ends, end_ns)
-        bounded = self._bounded
-        if count >= len(bounded):
-            return bounded
-        # Shorter than the bound: all ``count`` documents, none of them cut.
-        found = self._prefixes.get(count)
-        if found is None:
-            found = self._prefixes[count] = bounded[:count]
-        return found
 
 
 @dataclass(slots=True)
@@ -394,7 +154,7 @@ class BatchBuilder:
 
     def _add(self, span: SpanView, resource: Resource) -> None:
         attrs = span
-        operation, reason = _classify(attrs, self._options.llm_operations)
+        operation, reason = classify(attrs, self._options.llm_operations)
         if reason is not None:
             if reason == "not_llm":
                 self._keep_documents(span)
@@ -408,7 +168,7 @@ class BatchBuilder:
         if len(self._pending) >= MAX_EVENTS_PER_MESSAGE:
             self.skipped["too_many_events"] += 1
             return
-        content = _read_content(span)
+        content = read_content(span)
         if content is None or not (content.turns or content.outputs):
             self.skipped["no_content"] += 1
             return
@@ -452,7 +212,7 @@ class BatchBuilder:
             "messages": tuple(Message(role=r, content=t) for r, t in content.turns),
             "input": last_user,
             "output": content.outputs[0] if content.outputs else None,
-            "context": _bounded(retrieval_documents(attrs.get)),
+            "context": bounded_context(retrieval_documents(attrs.get)),
             "attributes": attributes,
             "timestamp": timestamp,
         }
@@ -470,7 +230,7 @@ class BatchBuilder:
                 if value is not None:
                     text = convert(value)
                     if type(text) is not str:
-                        text = _text(text)
+                        text = flat_text(text)
                     if text:
                         out[name] = text
                         break
@@ -526,7 +286,7 @@ class BatchBuilder:
         if self.spans == 0:
             self.skipped["empty_batch"] += 1
         events: list[TraceEvent] = []
-        traces: dict[str, _TraceDocuments] = {}
+        traces: dict[str, TraceDocuments] = {}
         nested = self._nested_calls()
         for pending in self._pending:
             if nested and (pending.span_id, pending.key()) in nested:
@@ -540,7 +300,7 @@ class BatchBuilder:
                 if trace is None:
                     docs = self._docs.get(pending.trace_id)
                     if docs:
-                        trace = traces[pending.trace_id] = _TraceDocuments(docs)
+                        trace = traces[pending.trace_id] = TraceDocuments(docs)
                 if trace is not None:
                     fields["context"] = trace.before(pending.end_ns)
             try:

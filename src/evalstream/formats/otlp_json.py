@@ -18,16 +18,12 @@ from evalstream.events import load_json
 from evalstream.formats.base import Decoded, Decoder
 from evalstream.formats.genai import (
     MAX_SPANS_PER_MESSAGE,
-    Attrs,
-    BadSpanError,
     BatchBuilder,
-    Options,
-    Resource,
-    SpanView,
     check_containers,
     record_decoder,
 )
-from evalstream.formats.genai_messages import AttrGetter
+from evalstream.formats.genai_messages import AttrGetter, BadSpanError
+from evalstream.formats.span_view import Attrs, Options, Resource, SpanView
 
 __all__ = ["any_value", "decode", "make_decoder"]
 

@@ -16,17 +16,9 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Status, TracesData
 from evalstream.config import InputTopic
 from evalstream.errors import DecodeError
 from evalstream.formats.base import Decoded, Decoder
-from evalstream.formats.genai import (
-    Attrs,
-    BadSpanError,
-    BatchBuilder,
-    Options,
-    Resource,
-    SpanView,
-    check_containers,
-    record_decoder,
-)
-from evalstream.formats.genai_messages import AttrGetter
+from evalstream.formats.genai import BatchBuilder, check_containers, record_decoder
+from evalstream.formats.genai_messages import AttrGetter, BadSpanError
+from evalstream.formats.span_view import Attrs, Options, Resource, SpanView
 
 __all__ = ["any_value", "decode", "make_decoder"]
 

@@ -1,0 +1,161 @@
+"""Chat content of the OpenInference convention: the flattened ``llm.input_messages`` /
+``llm.output_messages`` attributes and, when a span does not list messages, the raw
+``input.value`` / ``output.value`` request and response bodies it records (OpenAI chat,
+completions and Responses, Anthropic Messages, LangChain LLM results), unwrapped to the
+question and the answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evalstream.events import load_json
+from evalstream.formats.genai_messages import (
+    TEXT_PARTS,
+    AttrGetter,
+    Content,
+    maybe_parts,
+    message_text,
+    parts_text,
+    stringify,
+)
+
+# Values reach the readers as plain ``dict``/``list`` (from orjson or the converters), so
+# ``isinstance(x, dict)`` is exact, and much cheaper than an ABC check on the hot path.
+
+__all__ = ["read_openinference"]
+
+
+def _oi_messages(get: AttrGetter, prefix: str) -> list[tuple[str, str]]:
+    """OpenInference flattened messages under ``prefix`` (``llm.input_messages``...)."""
+    found: list[tuple[str, str]] = []
+    i = 0
+    while True:
+        base = f"{prefix}.{i}.message."
+        role = get(base + "role")
+        text = get(base + "content")
+        if text is None:
+            # Multimodal messages list their parts under contents.K.message_content.*.
+            texts: list[str] = []
+            k = 0
+            while True:
+                part = f"{base}contents.{k}.message_content."
+                part_text = get(part + "text")
+                if part_text is None and get(part + "type") is None:
+                    break
+                if part_text:
+                    texts.append(str(part_text))
+                k += 1
+            if role is None and k == 0:
+                break
+            text = "\n".join(texts)
+        found.append((str(role or ""), maybe_parts(stringify(text))))
+        i += 1
+    return found
+
+
+def _first(value: Any) -> Any:
+    return value[0] if isinstance(value, list) and value else None
+
+
+def _blocks_text(blocks: Any) -> str | None:
+    """Text blocks of an Anthropic ``content`` or a Responses message ``content`` list
+    (``None`` when it is not such a list: tool_use-only lists give ``""``)."""
+    if not isinstance(blocks, list):
+        return None
+    return parts_text([b for b in blocks if isinstance(b, dict)
+                       and b.get("type") in TEXT_PARTS])
+
+
+def _response_text(body: dict[str, Any]) -> str | None:
+    """The answer in a known response body, ``""`` when it has none (a tool call only),
+    ``None`` when the shape is unknown."""
+    choices = body.get("choices")
+    if isinstance(choices, list):  # OpenAI chat and completions
+        choice = _first(choices)
+        if not isinstance(choice, dict):
+            return ""
+        message = choice.get("message")
+        if isinstance(message, dict):
+            return message_text(message)
+        return stringify(choice.get("text"))
+    if "content" in body and body.get("type") == "message":  # Anthropic Messages
+        return _blocks_text(body["content"])
+    output = body.get("output")
+    if isinstance(output, list):  # OpenAI Responses: messages among reasoning / tool items
+        texts = [_blocks_text(item.get("content")) or "" for item in output
+                 if isinstance(item, dict) and item.get("type") == "message"]
+        return "\n".join(t for t in texts if t)
+    generation = _first(_first(body.get("generations")))
+    if isinstance(generation, dict):  # LangChain LLMResult
+        return stringify(generation.get("text"))
+    return None
+
+
+def _last_user(messages: list[Any]) -> str | None:
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") in ("user", None):
+            text = message_text(message)
+            if text:
+                return text
+    return None
+
+
+def _request_text(body: dict[str, Any]) -> str | None:
+    """The user's question in a known request body, ``None`` when not found."""
+    messages = body.get("messages")  # OpenAI chat, Anthropic Messages
+    if isinstance(messages, list):
+        return _last_user(messages)
+    request = body.get("input")  # OpenAI Responses: a string or a list of messages
+    if isinstance(request, str):
+        return request
+    if isinstance(request, list):
+        return _last_user(request)
+    prompt = body.get("prompt", body.get("prompts"))  # completions, LangChain LLMs
+    if isinstance(prompt, list):
+        prompt = prompt[-1] if prompt else None
+    return prompt if isinstance(prompt, str) else None
+
+
+def _oi_value(get: AttrGetter, key: str, output: bool) -> str | None:
+    """``input.value`` / ``output.value``; JSON request/response bodies are unwrapped, and a
+    body whose shape is not known gives ``None``: its JSON is not what the user saw."""
+    value = get(key)
+    if value is None:
+        return None
+    text = stringify(value)
+    mime = get(key.replace(".value", ".mime_type"))
+    if mime == "text/plain" or (mime != "application/json" and not text.startswith("{")):
+        return text
+    try:
+        body = load_json(text)
+    except ValueError:
+        return text
+    if isinstance(body, str):
+        return body
+    if isinstance(body, dict):
+        return (_response_text if output else _request_text)(body) or None
+    return None
+
+
+def read_openinference(get: AttrGetter) -> Content | None:
+    """OpenInference ``llm.input_messages`` / ``llm.output_messages`` / ``input.value``."""
+    inputs = _oi_messages(get, "llm.input_messages")
+    outputs = _oi_messages(get, "llm.output_messages")
+    content = Content()
+    for role, text in inputs:
+        content.add_turn(role or "user", text)
+    for _role, text in outputs:
+        if text:
+            content.outputs.append(text)
+    # The raw bodies only stand in for messages the span does not list: a listed reply
+    # without text (a tool call) has no answer to judge, whatever the body holds.
+    if not inputs:
+        value = _oi_value(get, "input.value", output=False)
+        if value:
+            content.turns.append(("user", value))
+    if not outputs:
+        value = _oi_value(get, "output.value", output=True)
+        if value:
+            content.outputs.append(value)
+    return None if content.empty() else content
