@@ -12,7 +12,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import ConsumerStoppedError, KafkaError
+from aiokafka.errors import (
+    AuthenticationFailedError,
+    ClusterAuthorizationFailedError,
+    ConsumerStoppedError,
+    GroupAuthorizationFailedError,
+    InconsistentGroupProtocolError,
+    InvalidSessionTimeoutError,
+    KafkaError,
+    TopicAuthorizationFailedError,
+)
 
 from evalstream.config import KafkaSettings
 from evalstream.errors import SourceError
@@ -25,6 +34,10 @@ __all__ = ["KafkaSource"]
 log = get_logger(__name__)
 
 _BACKOFF_S = 0.5
+#: Consumer errors that waiting cannot fix: the worker stops (exit 1) naming them.
+_PERMANENT = (TopicAuthorizationFailedError, GroupAuthorizationFailedError,
+              ClusterAuthorizationFailedError, InvalidSessionTimeoutError,
+              InconsistentGroupProtocolError, AuthenticationFailedError)
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
@@ -102,8 +115,15 @@ class KafkaSource:
                                            max_records=max_records)
         except ConsumerStoppedError:
             return {}
+        except _PERMANENT as exc:
+            # aiokafka retries what can heal itself; these reach us and never will (access
+            # revoked, a session timeout the broker refuses): stop with the reason rather
+            # than log a warning twice a second for ever while /readyz says ready.
+            raise SourceError(f"consuming from Kafka failed: {type(exc).__name__}: {exc}") \
+                from exc
         except KafkaError as exc:
-            # Transient (leader moved, broker restarting): back off and keep going.
+            # Transient (leader moved, broker restarting), or a single record aiokafka
+            # skipped (RecordTooLargeError): back off and keep going.
             log.warning("fetch_failed", error=str(exc))
             await asyncio.sleep(_BACKOFF_S)
             return {}
