@@ -10,6 +10,7 @@ __all__ = [
     "JudgeError",
     "JudgeUnavailableError",
     "JudgeUnsupportedError",
+    "OutputRejectedError",
     "SinkError",
     "SkipEvaluation",
     "SourceError",
@@ -77,3 +78,9 @@ class SourceError(EvalstreamError):
 
 class SinkError(EvalstreamError):
     """A result, alert or dead letter could not be made durable."""
+
+
+class OutputRejectedError(EvalstreamError):
+    """The broker refuses this one output for good (e.g. too large): retrying it, or the
+    message it came from, cannot help. Not a ``SinkError``: the sink itself still works, so
+    the worker publishes an error result in its place instead of stopping."""

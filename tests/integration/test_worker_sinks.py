@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from evalstream.config import KafkaSettings, TopicSettings
+from evalstream.errors import OutputRejectedError
 from evalstream.events import Alert, EvalResult, RawRecord, load_json, utcnow
 from evalstream.sinks.kafka import KafkaSink
 from tests.support.broker import Broker
@@ -29,6 +30,12 @@ async def test_messages_carry_keys_and_headers(broker: Broker) -> None:
         await sink.publish_dead_letter(original, "invalid_json", "the value is not valid JSON")
         huge = RawRecord("in", 0, 7, b"x" * 20_000, key=b"big")
         await sink.publish_dead_letter(huge, "too_large", "value of 20000 bytes")
+        # A result the producer can never send is this record's problem, not the sink's:
+        # OutputRejectedError (the worker publishes an error result instead), not SinkError.
+        with pytest.raises(OutputRejectedError, match="MessageSizeTooLargeError"):
+            await sink.publish_result(EvalResult(
+                result_id="r2", event_id="e2", trace_id="t2", route="main",
+                evaluator="refusal", score=0.1, reason="x" * 20_000))
         await sink.publish_alert(Alert(alert_id="a", state="firing", route="main",
                                        evaluator="refusal", kind="pass_rate_drop",
                                        first_seen=utcnow()), "main/refusal")

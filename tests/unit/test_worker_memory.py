@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from evalstream.app import worker as worker_module
 from evalstream.app.observers import PublishAlert, RecordingObserver
 from evalstream.app.worker import Worker
-from evalstream.errors import SourceError
+from evalstream.errors import OutputRejectedError, SourceError
 from evalstream.events import Alert, EvalResult, RawRecord
 from evalstream.sinks.memory import MemorySink
 from evalstream.sources.memory import MemorySource
@@ -259,6 +259,28 @@ async def test_a_stop_during_the_restart_backoff_still_gives_the_observer_its_la
         await until(lambda: observer.runs == 1)
     assert await task == 0  # the stop cut the 30 s backoff short
     assert observer.runs == 2  # and the observer ran once more, with stop set
+
+
+class _RefusingSink(MemorySink):
+    """A broker that refuses one result for good (e.g. over its size limit)."""
+
+    async def publish_result(self, result: EvalResult) -> None:
+        if result.event_id == "e1" and result.status == "ok":
+            raise OutputRejectedError("results refused a record of 2000000 bytes: "
+                                      "MessageSizeTooLargeError")
+        await super().publish_result(result)
+
+
+async def test_a_result_the_broker_refuses_becomes_an_error_result_not_a_crash_loop() -> None:
+    worker, source, sink = build([raw(0), raw(1), raw(2)], sink=_RefusingSink())
+    async with started(worker) as task:
+        await until(lambda: source.committed.get(TP0) == 3)
+    assert await task == 0
+    by_event = {r.event_id: r for r in sink.results}
+    assert by_event["e1"].status == "error"
+    assert by_event["e1"].error is not None
+    assert by_event["e1"].error.startswith("result rejected: results refused a record")
+    assert by_event["e0"].status == by_event["e2"].status == "ok"
 
 
 async def test_output_failure_stops_the_worker_without_committing() -> None:

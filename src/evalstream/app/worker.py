@@ -35,7 +35,7 @@ from evalstream.app.offsets import TP, OffsetTracker, PartitionState
 from evalstream.app.outputs import Outputs
 from evalstream.app.pipeline import Pipeline, Planned
 from evalstream.config import Settings
-from evalstream.errors import DecodeError, SinkError, SourceError
+from evalstream.errors import DecodeError, OutputRejectedError, SinkError, SourceError
 from evalstream.events import Record, TraceEvent
 from evalstream.judges.base import Judge
 from evalstream.judges.registry import build_judges, close_judges
@@ -415,13 +415,18 @@ class Worker:
             self._fail(exc)
             return
         except Exception as exc:
-            # A bug past the pipeline's own guards (e.g. a plugin's ``details`` that JSON
-            # cannot hold). Publishing the error instead keeps the offset from being held
-            # forever, which would freeze the partition's commits without a sign.
-            log.error("evaluation_crashed", error_type=type(exc).__name__)
+            # The broker refused this result for good (e.g. too large), or a bug past the
+            # pipeline's own guards (e.g. a plugin's ``details`` that JSON cannot hold).
+            # Publishing the error instead keeps the offset from being held forever, which
+            # would freeze the partition's commits (or, stopping, crash on every restart).
+            if isinstance(exc, OutputRejectedError):
+                log.warning("result_rejected", error=str(exc))
+                why = f"result rejected: {exc}"
+            else:
+                log.error("evaluation_crashed", error_type=type(exc).__name__)
+                why = f"internal error: {type(exc).__name__}"
             try:
-                await self.outputs.result(self.pipeline.failed(
-                    event, planned, f"internal error: {type(exc).__name__}"))
+                await self.outputs.result(self.pipeline.failed(event, planned, why))
             except Exception as again:
                 self._fail(again)
                 return

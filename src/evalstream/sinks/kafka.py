@@ -14,10 +14,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError, MessageSizeTooLargeError
+from aiokafka.errors import (
+    KafkaError,
+    MessageSizeTooLargeError,
+    PolicyViolationError,
+    RecordListTooLargeError,
+)
 
 from evalstream.config import KafkaSettings, TopicSettings
-from evalstream.errors import SinkError
+from evalstream.errors import OutputRejectedError, SinkError
 from evalstream.events import Alert, EvalResult, Record, dump_json
 from evalstream.logging import get_logger
 from evalstream.sinks.headers import DLQ_TRUNCATED, dead_letter_headers, result_headers
@@ -25,6 +30,9 @@ from evalstream.sinks.headers import DLQ_TRUNCATED, dead_letter_headers, result_
 __all__ = ["KafkaSink"]
 
 log = get_logger(__name__)
+
+#: Broker or client refusals of one record that no retry can change.
+_REJECTED = (MessageSizeTooLargeError, RecordListTooLargeError, PolicyViolationError)
 
 
 def crc32_partitioner(key: bytes | None, all_partitions: Sequence[int],
@@ -102,6 +110,11 @@ class KafkaSink:
         try:
             ack = await producer.send(topic, value=value, key=key, headers=headers)
             await ack
+        except _REJECTED as exc:
+            # This record can never be written; stopping the worker would only bring its
+            # message back to fail again after every restart.
+            raise OutputRejectedError(f"{topic} refused a record of {len(value)} bytes: "
+                                      f"{type(exc).__name__}") from exc
         except KafkaError as exc:
             raise SinkError(f"publish to {topic} failed: {type(exc).__name__}: {exc}") from exc
 
