@@ -97,6 +97,16 @@ class KafkaSink:
         except KafkaError as exc:
             await producer.stop()
             raise SinkError(f"cannot connect producer to {s.bootstrap_servers}: {exc}") from exc
+        # A missing output topic (brokers with auto-creation off) would otherwise show only
+        # at the first result, or first bad message, as a 40 s wait and a crash.
+        for topic in (self._topics.results, self._topics.dead_letter):
+            try:
+                await producer.partitions_for(topic)
+            except KafkaError as exc:
+                await producer.stop()
+                raise SinkError(f"output topic {topic!r} is not available "
+                                f"({type(exc).__name__}): create it, or let the broker "
+                                f"auto-create topics") from exc
         self._producer = producer
 
     def _require(self) -> AIOKafkaProducer:
