@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from aiokafka import TopicPartition
 from aiokafka.errors import (
     GroupAuthorizationFailedError,
     InvalidSessionTimeoutError,
@@ -50,3 +51,29 @@ async def test_transient_consumer_errors_are_waited_out(
         exc: Exception, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(source_module, "_BACKOFF_S", 0.0)
     assert await _source(exc).poll(0.1, 10) == {}
+
+
+class _Rebalancing:
+    """A consumer whose second partition is taken away while position() awaits."""
+
+    def __init__(self) -> None:
+        self.assigned = {TopicPartition("traces", 0), TopicPartition("traces", 1)}
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.assigned)
+
+    def highwater(self, tp: TopicPartition) -> int:
+        assert tp in self.assigned  # as aiokafka does
+        return 100
+
+    async def position(self, tp: TopicPartition) -> int:
+        self.assigned.discard(TopicPartition("traces", 1 - tp.partition))
+        return 40
+
+
+async def test_lag_skips_a_partition_revoked_while_it_was_being_read() -> None:
+    source = KafkaSource(KafkaSettings(), ["traces"])
+    source._consumer = _Rebalancing()  # type: ignore[assignment]
+    lag = await source.lag()
+    assert len(lag) == 1
+    assert list(lag.values()) == [60]

@@ -165,13 +165,17 @@ class KafkaSource:
         if consumer is None:
             return {}
         out: dict[TP, int] = {}
-        for tp in consumer.assignment():
+        for tp in list(consumer.assignment()):
+            # position() awaits, and a rebalance meanwhile can take the next partition
+            # away: highwater() asserts on a partition that is no longer assigned.
+            if tp not in consumer.assignment():
+                continue
             high = consumer.highwater(tp)
             if high is None:
                 continue
             try:
                 position = await consumer.position(tp)
-            except KafkaError:
+            except KafkaError:  # IllegalStateError included: revoked during the await
                 continue
             out[(tp.topic, tp.partition)] = max(0, high - position)
         return out
