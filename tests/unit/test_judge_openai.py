@@ -266,7 +266,10 @@ async def test_deadline_turns_an_outage_into_judge_unavailable() -> None:
             await judge.judge(question())
         elapsed = time.monotonic() - start
         await judge.aclose()
-    assert 1.9 <= elapsed < 4.0
+    # The lower bound proves it kept trying until the deadline. The upper bound is loose
+    # on purpose (a loaded CI machine may be slow): it only has to be far below the
+    # ~50 s that 100 retries throttled by a 0.5 s circuit reset would take.
+    assert 1.9 <= elapsed < 20.0
     assert "HTTP 500" in str(info.value)
     # the breaker throttled it: ~1 probe per reset period, not 100 retries
     assert len(server.posts) <= 8
