@@ -256,28 +256,61 @@ async def test_a_probe_cancelled_while_recording_its_outcome_releases_the_breake
     # waiters re-taking it after notify_all or their own timeouts), so the probe's deadline
     # cancels it inside record(). The probe must still be released, or the breaker stays
     # half-open and every later request waits for it until its own deadline.
-    async with scripted(lambda body: None) as server:
+    # Sequenced by events, not by racing sleeps: the server answers only once the lock is
+    # held, and the lock is released only once the cancelled probe has let go of its slot,
+    # so the steps happen in this order however slow the machine is. The deadline only has
+    # to outlast reading one local HTTP answer.
+    gate = asyncio.Event()
+
+    @dataclass
+    class GatedLLM(ScriptedLLM):
+        async def _respond(self, writer: asyncio.StreamWriter, path: str, body: Any,
+                           headers: dict[str, str]) -> bool:
+            await gate.wait()
+            return await super()._respond(writer, path, body, headers)
+
+    server = GatedLLM(script=lambda body: None)
+    await server.start()
+    try:
         judge = make_judge(server, max_retries=0, circuit_failures=1, circuit_reset_s=0.05,
-                           timeout_s=0.4, deadline_s=0.4)
+                           timeout_s=1.5, deadline_s=1.5)
+        breaker = judge._breaker  # private: the lock record() must take
         server.fail_next("500")
+        gate.set()
         with pytest.raises(JudgeError, match="HTTP 500"):
             await judge.judge(question("outage"))
         assert judge.circuit_state is CircuitState.OPEN
+        gate.clear()
         await asyncio.sleep(0.1)  # the reset period passes: the next request is the probe
-        server.delay_s = 0.1
+
+        recording = asyncio.Event()
+        record = breaker.record
+
+        async def spy_record(ok: bool, *, probe: bool = False) -> None:
+            recording.set()
+            await record(ok, probe=probe)
+
+        breaker.record = spy_record  # type: ignore[method-assign]
 
         async def hold_breaker_lock() -> None:
             await wait_until(lambda: len(server.posts) == 2)  # the probe is at the server
-            async with judge._breaker._cond:  # private: the lock record() must take
-                await asyncio.sleep(0.6)  # past the probe's 0.4 s deadline
+            async with breaker._cond:
+                gate.set()  # now let the probe's answer come back
+                # Until the cancelled probe frees its slot (abandon() does that before it
+                # waits for this lock); bounded so a regression fails instead of hanging.
+                with contextlib.suppress(TimeoutError):
+                    await wait_until(lambda: not breaker._probing, timeout=5.0)
 
         holder = asyncio.create_task(hold_breaker_lock())
         with pytest.raises(JudgeUnavailableError, match="deadline"):
             await judge.judge(question("probe"))
         await holder
-        server.delay_s = 0.0
+        assert recording.is_set()  # the deadline hit inside record(), the case under test
+        breaker.record = record  # type: ignore[method-assign]
         answer = await judge.judge(question("after the outage"))
         await judge.aclose()
+    finally:
+        await server.stop()
     assert answer.p("yes") == pytest.approx(0.8 / 0.95)
     assert judge.circuit_state is CircuitState.CLOSED
 
