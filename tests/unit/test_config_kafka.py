@@ -79,10 +79,22 @@ def test_extra_goes_only_to_the_clients_that_take_it() -> None:
 
 
 async def test_consumer_only_extra_does_not_break_the_producer() -> None:
-    kafka = KafkaSettings(extra={"isolation_level": "read_committed"})
+    kafka = KafkaSettings(client_id="evalstream-test",
+                          extra={"isolation_level": "read_committed", "request_timeout_ms": 9000})
     # Constructing connects nothing; the TypeError this guards against came from here.
-    AIOKafkaProducer(**kafka.client_options("producer"))
-    AIOKafkaConsumer("t", **kafka.client_options("consumer"))
+    producer = AIOKafkaProducer(**kafka.client_options("producer"))
+    consumer = AIOKafkaConsumer("t", **kafka.client_options("consumer"))
+    try:
+        # Private attributes: aiokafka exposes no getters for what it was built with.
+        assert producer.client._client_id == "evalstream-test"
+        assert producer._request_timeout_ms == 9000  # the shared extra reached the producer
+        assert consumer._client._client_id == "evalstream-test"
+        assert consumer._client._request_timeout_ms == 9000
+        assert consumer._isolation_level == "read_committed"
+        assert consumer.subscription() == {"t"}
+    finally:
+        await producer.stop()
+        await consumer.stop()
 
 
 def test_unknown_extra_option_is_rejected() -> None:

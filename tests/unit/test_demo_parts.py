@@ -151,7 +151,10 @@ def test_state_counts_windows_and_alerts() -> None:
     assert stats.rate == pytest.approx(0.75)
     assert stats.lower is not None
     assert stats.lower < 0.75 < stats.upper  # type: ignore[operator]
-    assert state.throughput() > 0
+    # 81 results in the 4 s since the state was made (shorter than the 10 s window).
+    assert state.throughput() == pytest.approx(81 / 4.0)
+    clock.t += 7.95  # now 1011.95: results up to 1001.9 leave the 10 s window
+    assert state.throughput() == pytest.approx((2 * 21 + 1) / 10.0)
 
     line = state.on_alert(_alert("firing"))
     assert "FIRING" in line

@@ -110,8 +110,15 @@ def test_an_evaluator_the_builtin_judge_cannot_answer_fails_at_start_up(
 def test_evaluators_the_builtin_judge_answers_still_build(evaluator: str) -> None:
     from evalstream.judges.builtin import BuiltinJudge
 
-    registry.create(EvaluatorSpec(evaluator=evaluator), {"builtin": BuiltinJudge()},
-                    where=WHERE)
+    judge = BuiltinJudge()
+    cls = registry.get(evaluator)
+    built = registry.create(EvaluatorSpec(evaluator=evaluator, name=f"my_{evaluator}"),
+                            {"builtin": judge}, where=WHERE)
+    assert type(built) is cls
+    assert built.label == f"my_{evaluator}"
+    assert built.judge is judge
+    assert built.params == cls.params_model()  # the defaults, validated
+    assert all(judge.supports(task) for task in built.judge_tasks())
 
 
 def test_a_plugin_that_declares_no_judge_task_builds_on_the_builtin_judge(
