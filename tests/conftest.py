@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,15 +14,20 @@ from tests.support.broker import Broker, run_broker
 
 @pytest.fixture(autouse=True)
 def _fresh_structlog() -> Iterator[None]:
-    """Each test starts from structlog's defaults.
+    """Each test starts from structlog's defaults and leaves the root logger as it found it.
 
     A CLI test that configures logging onto pytest's capture stream would otherwise leave
-    loggers writing to a stream that is closed by the time a later test logs.
+    loggers (structlog's, and the root handler that renders library logs) writing to a
+    stream that is closed by the time a later test logs.
     """
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
     structlog.reset_defaults()
     structlog.contextvars.clear_contextvars()
     yield
     structlog.reset_defaults()
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")
