@@ -1,0 +1,95 @@
+"""Cascade judge paths the end-to-end cascade test does not reach.
+
+``test_judge_safety.py`` covers "confident: answered" and "unsure: escalated" with the real
+builtin and an HTTP judge. These use scripted judges to pin the remaining decisions: the
+first judge claiming a task but then refusing it, generation, and the confidence boundary.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from evalstream.errors import JudgeUnsupportedError
+from evalstream.judges.base import GenerateRequest, JudgeRequest
+from evalstream.judges.cascade import CascadeJudge
+from evalstream.metrics import Metrics
+from tests.support.scripted_judge import ScriptedJudge
+
+
+def request(task: str = "refusal") -> JudgeRequest:
+    return JudgeRequest(task=task, instructions="Decide.", question="Refused?",
+                        data=(("output", "no"),))
+
+
+def decisions(metrics: Metrics) -> dict[str, float]:
+    return {d: metrics.registry.get_sample_value(
+        "evalstream_judge_escalations_total", {"judge": "smart", "decision": d}) or 0.0
+        for d in ("answered", "escalated", "unsupported")}
+
+
+def cascade(first: ScriptedJudge, then: ScriptedJudge, metrics: Metrics,
+            min_confidence: float = 0.6) -> CascadeJudge:
+    return CascadeJudge("smart", first, then, min_confidence, metrics)
+
+
+async def test_first_judge_refusing_a_task_it_claims_falls_back_to_the_second() -> None:
+    # supports() says yes, but the request lacks what the first judge needs: it raises
+    # JudgeUnsupportedError at judge time, and the cascade must ask the second judge instead
+    # of failing the evaluation.
+    def refuse(req: JudgeRequest) -> dict[str, float]:
+        raise JudgeUnsupportedError("needs a field this request lacks")
+
+    first = ScriptedJudge({"refusal": refuse}, name="cheap")
+    then = ScriptedJudge({"refusal": {"yes": 0.2, "no": 0.8}}, name="llm", rationale="why")
+    metrics = Metrics()
+    answer = await cascade(first, then, metrics).judge(request())
+    assert first.tasks() == ["refusal"]  # it was asked first
+    assert then.tasks() == ["refusal"]
+    assert dict(answer.probabilities) == {"yes": 0.2, "no": 0.8}
+    assert answer.rationale == "why"
+    # A fallback, not an escalation: the first judge gave no answer to be unsure about.
+    assert answer.info.escalated is False
+    assert decisions(metrics) == {"answered": 0.0, "escalated": 0.0, "unsupported": 1.0}
+
+
+async def test_other_first_judge_errors_are_not_swallowed() -> None:
+    # Only "unsupported" falls back; anything else is the first judge's failure to report.
+    def broken(req: JudgeRequest) -> dict[str, float]:
+        raise RuntimeError("bug in the cheap judge")
+
+    first = ScriptedJudge({"refusal": broken})
+    then = ScriptedJudge({"refusal": {"yes": 0.5, "no": 0.5}})
+    with pytest.raises(RuntimeError, match="bug in the cheap judge"):
+        await cascade(first, then, Metrics()).judge(request())
+    assert then.requests == []
+
+
+async def test_generation_goes_to_the_second_judge_only() -> None:
+    first = ScriptedJudge(generate={"reason": "template reason"}, name="cheap")
+    then = ScriptedJudge(generate={"reason": ("llm reason", {"k": 1})}, name="llm")
+    generated = await cascade(first, then, Metrics()).generate(
+        GenerateRequest(task="reason", instructions="Explain.", data=(("output", "x"),)))
+    assert (generated.text, generated.value) == ("llm reason", {"k": 1})
+    assert first.generations == []
+    assert [g.task for g in then.generations] == ["reason"]
+
+
+@pytest.mark.parametrize(("probs", "decision"), [
+    ({"yes": 0.8, "no": 0.2}, "answered"),   # confidence 0.6 == min_confidence: stands
+    ({"yes": 0.7, "no": 0.3}, "escalated"),  # confidence 0.4 < 0.6
+])
+async def test_confidence_at_the_threshold_stands(probs: dict[str, float],
+                                                  decision: str) -> None:
+    first = ScriptedJudge({"refusal": probs}, name="cheap")
+    then = ScriptedJudge({"refusal": {"yes": 0.1, "no": 0.9}}, name="llm")
+    metrics = Metrics()
+    answer = await cascade(first, then, metrics, min_confidence=0.6).judge(request())
+    counts = decisions(metrics)
+    assert counts[decision] == 1.0
+    assert sum(counts.values()) == 1.0
+    if decision == "answered":
+        assert dict(answer.probabilities) == probs
+        assert then.requests == []
+    else:
+        assert dict(answer.probabilities) == {"yes": 0.1, "no": 0.9}
+        assert answer.info.escalated is True
