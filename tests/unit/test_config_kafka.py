@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import shutil
+import ssl
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -47,6 +52,18 @@ def test_empty_password_file_is_an_error(tmp_path: Path) -> None:
     pw.write_text("\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"kafka\.sasl_password_file: .* is empty"):
         load_settings(None, kafka={**SASL, "sasl_username": "u", "sasl_password_file": str(pw)})
+
+
+def test_password_file_that_is_not_text_is_a_config_error(tmp_path: Path) -> None:
+    # Permission bits do not stop root (tests may run as root), so "unreadable" here is
+    # bytes that are not UTF-8: the same "cannot read" path as a permission error, reported
+    # by load_settings rather than when the worker connects.
+    pw = tmp_path / "pw"
+    pw.write_bytes(b"\xff\xfe\x00s3cret\x80")
+    with pytest.raises(ConfigError, match=r"kafka\.sasl_password_file: cannot read .*not UTF-8"
+                       ) as info:
+        load_settings(None, kafka={**SASL, "sasl_username": "u", "sasl_password_file": str(pw)})
+    assert "s3cret" not in str(info.value)  # the file's content is never echoed
 
 
 @pytest.mark.parametrize("field", ["ssl_cafile", "ssl_certfile", "ssl_keyfile",
@@ -107,3 +124,85 @@ def test_the_kafka_source_passes_consumer_extras() -> None:
 
     source = KafkaSource(KafkaSettings(extra={"isolation_level": "read_committed"}), ["t"])
     assert source._options()["isolation_level"] == "read_committed"
+
+
+# --- TLS client certificates (throwaway self-signed ones from the openssl CLI) -----------
+
+
+def self_signed(directory: Path, name: str) -> tuple[Path, Path]:
+    """A self-signed EC certificate for 127.0.0.1 and its key: (cert.pem, key.pem)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl CLI is needed to make a throwaway certificate")
+    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "2",
+         "-subj", f"/CN={name}", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=30)
+    return cert, key
+
+
+def tls(cert: Path, key: Path | None, cafile: Path | None = None) -> dict[str, str]:
+    options = {"security_protocol": "SSL", "ssl_certfile": str(cert),
+               "ssl_cafile": str(cafile or cert)}
+    if key is not None:
+        options["ssl_keyfile"] = str(key)
+    return options
+
+
+async def test_client_certificate_from_config_is_presented_in_a_tls_handshake(
+        tmp_path: Path) -> None:
+    # A local TLS server that requires a client certificate signed by "client" proves the
+    # loaded context really carries the configured cert and key (and trusts ssl_cafile).
+    server_cert, server_key = self_signed(tmp_path, "server")
+    client_cert, client_key = self_signed(tmp_path, "client")
+    settings = load_settings(None, kafka=tls(client_cert, client_key, cafile=server_cert))
+    context = settings.kafka.client_options("consumer")["ssl_context"]
+    assert isinstance(context, ssl.SSLContext)
+    assert settings.kafka.client_options("producer")["ssl_context"] is not None
+
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(client_cert))
+    server_ctx.load_cert_chain(str(server_cert), str(server_key))
+    server_ctx.verify_mode = ssl.CERT_REQUIRED
+    seen: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not seen.done():
+            seen.set_result(writer.get_extra_info("peercert"))
+        writer.write(b"ok")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_ctx)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(
+            "127.0.0.1", port, ssl=context, server_hostname="127.0.0.1"), 10)
+        assert await asyncio.wait_for(reader.read(2), 10) == b"ok"
+        writer.close()
+        peer = await asyncio.wait_for(seen, 10)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert dict(rdn[0] for rdn in peer["subject"])["commonName"] == "client"
+
+
+def test_cert_and_key_in_one_file_load_without_ssl_keyfile(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path, "both")
+    combined = tmp_path / "both.pem"
+    combined.write_bytes(cert.read_bytes() + key.read_bytes())
+    settings = load_settings(None, kafka=tls(combined, None, cafile=cert))
+    assert isinstance(settings.kafka.client_options()["ssl_context"], ssl.SSLContext)
+
+
+@pytest.mark.parametrize("problem", ["wrong_key", "not_a_key"])
+def test_unusable_client_key_is_a_config_error_at_load(tmp_path: Path, problem: str) -> None:
+    cert, _ = self_signed(tmp_path, "client")
+    if problem == "wrong_key":
+        _, key = self_signed(tmp_path, "other")  # a valid key that does not match the cert
+    else:
+        key = tmp_path / "garbage.key"
+        key.write_text("-----BEGIN PRIVATE KEY-----\nnope\n-----END PRIVATE KEY-----\n",
+                       encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"kafka\.ssl_certfile/ssl_keyfile: cannot load "):
+        load_settings(None, kafka=tls(cert, key))
