@@ -56,8 +56,9 @@ class KafkaSettings(_Section):
     ssl_cafile: Path | None = None
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
-    #: How long start-up keeps retrying an unreachable broker before exiting with 1 (a
-    #: broker that comes up after the worker is normal in a cluster); 0 tries once.
+    #: How long an unreachable broker is waited for - at start-up, and by each publish -
+    #: before the worker exits with 1 (a broker that comes up after the worker, or
+    #: restarts, is normal in a cluster); 0 tries once.
     connect_timeout_s: float = Field(default=300.0, ge=0)
     session_timeout_ms: int = Field(default=30_000, ge=1_000)
     #: How long the consumer may go without fetching before it leaves the group. Waiting

@@ -8,6 +8,7 @@ a deterministic ``result_id``.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import zlib
 from collections.abc import Sequence
@@ -31,6 +32,8 @@ __all__ = ["KafkaSink"]
 
 log = get_logger(__name__)
 
+_RETRY_BACKOFF_S = 0.5
+_RETRY_BACKOFF_MAX_S = 10.0
 #: Broker or client refusals of one record that no retry can change.
 _REJECTED = (MessageSizeTooLargeError, RecordListTooLargeError, PolicyViolationError)
 
@@ -73,6 +76,8 @@ class KafkaSink:
         self._producer: AIOKafkaProducer | None = None
         #: Result headers by (route, evaluator): a handful of constant lists, built once.
         self._result_headers: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
+        #: When publishing started failing with retriable errors (None: it works).
+        self._outage_since: float | None = None
 
     async def start(self) -> None:
         """Connect the producer.
@@ -114,12 +119,41 @@ class KafkaSink:
             raise SinkError("the sink is not started")
         return self._producer
 
+    async def _deliver(self, topic: str, value: bytes, key: bytes | None,
+                       headers: list[tuple[str, bytes]]) -> None:
+        """Send one record and wait for its ack, riding out a broker outage.
+
+        Retriable errors (the broker restarting, a leader moving: aiokafka gives up on a
+        batch after ``request_timeout_ms``) are retried with backoff for up to
+        ``kafka.connect_timeout_s``, so a short outage holds the work (in-flight is
+        bounded) instead of stopping the worker. Anything else is raised as it is.
+        """
+        producer = self._require()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._settings.connect_timeout_s
+        backoff = _RETRY_BACKOFF_S
+        while True:
+            try:
+                ack = await producer.send(topic, value=value, key=key, headers=headers)
+                await ack
+            except KafkaError as exc:
+                if not exc.retriable or loop.time() + backoff > deadline:
+                    raise
+                if self._outage_since is None:  # one line per outage, not per record
+                    self._outage_since = loop.time()
+                    log.warning("publish_retrying", topic=topic, error=type(exc).__name__)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, _RETRY_BACKOFF_MAX_S)
+                continue
+            if self._outage_since is not None:
+                log.info("publish_recovered", after_s=round(loop.time() - self._outage_since, 1))
+                self._outage_since = None
+            return
+
     async def _send(self, topic: str, value: bytes, key: bytes | None,
                     headers: list[tuple[str, bytes]]) -> None:
-        producer = self._require()
         try:
-            ack = await producer.send(topic, value=value, key=key, headers=headers)
-            await ack
+            await self._deliver(topic, value, key, headers)
         except _REJECTED as exc:
             # This record can never be written; stopping the worker would only bring its
             # message back to fail again after every restart.
@@ -145,18 +179,14 @@ class KafkaSink:
         """
         headers = dead_letter_headers(record, reason, error)
         value = record.value or b""
-        producer = self._require()
+        topic = self._topics.dead_letter
         try:
             try:
-                ack = await producer.send(self._topics.dead_letter, value=value, key=record.key,
-                                          headers=headers)
-                await ack
+                await self._deliver(topic, value, record.key, headers)
             except MessageSizeTooLargeError:
                 log.warning("dead_letter_truncated", size=len(value))
                 headers.append((DLQ_TRUNCATED, str(len(value)).encode()))
-                ack = await producer.send(self._topics.dead_letter, value=b"", key=record.key,
-                                          headers=headers)
-                await ack
+                await self._deliver(topic, b"", record.key, headers)
         except KafkaError as exc:
             raise SinkError(f"dead letter publish failed: {type(exc).__name__}: {exc}") from exc
 
