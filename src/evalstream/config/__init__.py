@@ -33,6 +33,7 @@ from evalstream.config.judges import (
 )
 from evalstream.config.kafka import InputTopic, KafkaSettings, TopicSettings
 from evalstream.config.routes import EvaluatorSpec, MatchRule, Route, SamplingSettings
+from evalstream.config.secret_files import read_secret_file
 from evalstream.errors import ConfigError
 
 __all__ = [
@@ -302,9 +303,7 @@ def _refuse_inline_secrets(data: dict[str, Any], path: Path | str) -> None:
 
 def _env_names(field: str) -> list[str]:
     """The EVALSTREAM_ variables that feed ``field`` (names are case-insensitive)."""
-    prefix = f"EVALSTREAM_{field.upper()}"
-    return sorted(n for n in os.environ
-                  if n.upper() == prefix or n.upper().startswith(prefix + "__"))
+    return sorted(n for n, parts in _environment().items() if parts[0] == field.lower())
 
 
 def _resolve_secrets(settings: Settings) -> Settings:
@@ -319,17 +318,7 @@ def _resolve_secrets(settings: Settings) -> Settings:
                     raise ConfigError(f"judges.{name}.api_key_env: environment variable "
                                       f"{judge.api_key_env} is not set")
             elif judge.api_key_file:
-                try:
-                    key = judge.api_key_file.read_text(encoding="utf-8").strip()
-                except (OSError, UnicodeDecodeError) as exc:
-                    why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-                    raise ConfigError(f"judges.{name}.api_key_file: cannot read "
-                                      f"{judge.api_key_file}: {why}") from exc
-                if not key:
-                    # Usually a secret mounted before it was filled in: every request would
-                    # then fail with 401 at run time instead of here.
-                    raise ConfigError(f"judges.{name}.api_key_file: {judge.api_key_file} "
-                                      f"is empty")
+                key = read_secret_file(judge.api_key_file, f"judges.{name}.api_key_file")
             if key:
                 judge = judge.model_copy(update={"api_key": SecretStr(key)})
         judges[name] = judge

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from evalstream.config.secret_files import read_secret_file
 from evalstream.errors import ConfigError
 
 __all__ = ["Client", "InputTopic", "KafkaSettings", "TopicSettings"]
@@ -185,15 +186,7 @@ class KafkaSettings(_Section):
         if self.sasl_password is not None:
             return self.sasl_password.get_secret_value()
         if self.sasl_password_file is not None:
-            path = self.sasl_password_file
-            try:
-                password = path.read_text(encoding="utf-8").strip()
-            except (OSError, UnicodeDecodeError) as exc:
-                raise ConfigError(f"kafka.sasl_password_file: cannot read {path}: "
-                                  f"{getattr(exc, 'strerror', None) or 'not UTF-8'}") from exc
-            if not password:
-                raise ConfigError(f"kafka.sasl_password_file: {path} is empty")
-            return password
+            return read_secret_file(self.sasl_password_file, "kafka.sasl_password_file")
         return None
 
 
