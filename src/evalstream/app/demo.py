@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import random
 import signal
@@ -26,6 +25,7 @@ from typing import Any, TextIO
 from evalstream.app.dashboard_view import DemoState, Phase
 from evalstream.app.embedded import EmbeddedBroker, EmbeddedBrokerError, create_topics, free_port
 from evalstream.app.traffic import SUPPORT_SCOPE, TUTOR_ROLE, TrafficMix
+from evalstream.app.waits import wait_set
 from evalstream.app.worker import Worker
 from evalstream.config import Settings, load_settings
 from evalstream.events import Alert, EvalResult, dump_json
@@ -162,8 +162,7 @@ async def _traffic(producer: Any, state: DemoState, phase: Phase, rate: float, s
                             key=str(event["session_id"]).encode())
         state.on_sent(str(event["app"]))
         # Poisson arrivals: exponential gaps at the requested mean rate.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), rng.expovariate(rate))
+        await wait_set(stop, rng.expovariate(rate))
 
 
 async def _read_outputs(settings: Settings, state: DemoState, out: _Out | None,
@@ -204,13 +203,11 @@ async def _show(state: DemoState, out: _Out, live: bool, interval: float,
                   redirect_stderr=False) as view:
             while not stop.is_set():
                 view.update(state.render(), refresh=True)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 0.5)
+                await wait_set(stop, 0.5)
             view.update(state.render(), refresh=True)
         return
     while not stop.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval)
+        await wait_set(stop, interval)
         out.line(state.plain_line())
 
 
@@ -287,8 +284,7 @@ async def _demo(args: argparse.Namespace, out: _Out, live: bool) -> int:
             asyncio.create_task(_show(state, out, live, args.interval, stop)),
         ]
         deadline = args.duration if args.duration > 0 else None
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), deadline)
+        await wait_set(stop, deadline)
         stop.set()
         # Stop in order: traffic, then the worker drains and commits, then the reader
         # catches the last results, then the broker goes.

@@ -9,12 +9,12 @@ detector that started or stopped firing. The clock is injectable so tests are ex
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 from collections.abc import Callable
 
 from evalstream.app.observers import PublishAlert, ResultObserver
+from evalstream.app.waits import wait_set
 from evalstream.config import Settings
 from evalstream.config.drift import DriftSettings
 from evalstream.drift import KIND_PASS_RATE, DriftEngine, design_cusum
@@ -106,9 +106,7 @@ class DriftMonitor:
             # A publish error (SinkError) propagates: the worker treats the output as lost
             # and stops; the alert is still queued should the caller retry.
             await self.flush(publish_alert)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.settings.tick_s):  # not wait_for: see worker
-                    await stop.wait()
+            await wait_set(stop, self.settings.tick_s)
         # Stopping: count the last results, then resolve what is still firing. Detector
         # state dies with this process and alert ids hash the first-seen time, so an alert
         # left firing here could never be resolved by the next one.

@@ -34,6 +34,7 @@ from evalstream.app.observers import ResultObserver, drift_observer
 from evalstream.app.offsets import TP, OffsetTracker, PartitionState
 from evalstream.app.outputs import Outputs
 from evalstream.app.pipeline import Pipeline, Planned
+from evalstream.app.waits import wait_set
 from evalstream.config import Settings
 from evalstream.errors import DecodeError, OutputRejectedError, SinkError, SourceError
 from evalstream.events import Record, TraceEvent
@@ -60,9 +61,9 @@ _EXIT_FORCED = 130
 #: broker unreachable aiokafka retries commits forever, and the chart's grace period leaves
 #: 15 s past the drain. What is cut short is uncommitted, so redelivered, never lost.
 _CLOSE_STEP_S = 5.0
-_OBSERVER_BACKOFF_S = 1.0
 _CONNECT_BACKOFF_S = 0.5
 _CONNECT_BACKOFF_MAX_S = 10.0
+_OBSERVER_BACKOFF_S = 1.0
 _OBSERVER_BACKOFF_MAX_S = 60.0
 
 
@@ -217,10 +218,7 @@ class Worker:
                 if self._stop.is_set() or loop.time() + backoff > deadline:
                     raise
                 log.warning("broker_unreachable", error=str(exc), retry_in_s=backoff)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(backoff):
-                    await self._stop.wait()
-            if self._stop.is_set():
+            if await wait_set(self._stop, backoff):
                 return
             backoff = min(backoff * 2, _CONNECT_BACKOFF_MAX_S)
 
@@ -268,12 +266,7 @@ class Worker:
         self._set_paused(True)
         self._freed.clear()
         if self._slots.locked():
-            # asyncio.timeout, never wait_for, in this task: on Python 3.11 wait_for drops a
-            # cancel that lands as the awaited thing finishes, and cancelling this task is
-            # how shutdown ends intake (a lost cancel hung the stop for good).
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(1.0):
-                    await self._freed.wait()
+            await wait_set(self._freed, 1.0)
         # Partitions are paused, so this returns nothing, but it keeps the consumer polling
         # (aiokafka leaves the group when it is not polled for max_poll_interval_ms).
         records = await self.source.poll(0.0, 1)
@@ -481,9 +474,7 @@ class Worker:
                               restart_in_s=backoff)
                 if self._observers_stop.is_set():
                     return  # it failed in its final step: nothing is left to retry
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(backoff):
-                    await self._observers_stop.wait()
+            await wait_set(self._observers_stop, backoff)
             backoff = min(backoff * 2, _OBSERVER_BACKOFF_MAX_S)
 
     def _fail(self, exc: BaseException) -> None:
