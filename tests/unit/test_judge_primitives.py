@@ -297,6 +297,44 @@ async def test_waiter_computes_itself_when_the_first_caller_is_cancelled() -> No
         await leader
 
 
+async def test_a_cancelled_waiter_stays_cancelled_when_the_computation_is_too() -> None:
+    cache: TTLCache[str] = TTLCache(4, math.inf)
+    started = asyncio.Event()
+    computed: list[str] = []
+
+    async def slow(name: str) -> str:
+        started.set()
+        computed.append(name)
+        await asyncio.sleep(10)
+        return name
+
+    first = asyncio.create_task(cache.get_or_compute("k", lambda: slow("first")))
+    await started.wait()
+    second = asyncio.create_task(cache.get_or_compute("k", lambda: slow("second")))
+    await asyncio.sleep(0)
+    first.cancel()
+    second.cancel()  # both at once: the waiter must not start its own computation
+    for task in (first, second):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert computed == ["first"]
+
+
+async def test_zero_size_disables_caching() -> None:
+    cache: TTLCache[int] = TTLCache(0, math.inf)
+    calls = 0
+
+    async def one() -> int:
+        nonlocal calls
+        calls += 1
+        return 1
+
+    assert await cache.get_or_compute("k", one) == (1, False)
+    assert await cache.get_or_compute("k", one) == (1, False)
+    assert calls == 2
+    assert len(cache) == 0
+
+
 # --- registry ------------------------------------------------------------------------
 
 
