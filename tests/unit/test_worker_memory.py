@@ -250,6 +250,28 @@ async def test_start_up_gives_up_after_connect_timeout(
     assert await asyncio.wait_for(task, 10) == 0
 
 
+class _StoppedWhileConnecting(_LateBroker):
+    """A connection attempt that fails after a stop was requested during it."""
+
+    def __init__(self, records: list[RawRecord], worker_ref: list[Worker]) -> None:
+        super().__init__(records, refusals=10**6)
+        self._worker_ref = worker_ref
+
+    async def start(self, handler: Any) -> None:
+        self._worker_ref[0].request_stop()
+        await super().start(handler)
+
+
+async def test_a_stop_landing_during_a_failed_connect_attempt_exits_cleanly() -> None:
+    ref: list[Worker] = []
+    source = _StoppedWhileConnecting([raw(0)], ref)
+    worker = Worker(settings(), registry=CollectorRegistry(), judges=JUDGES, source=source,
+                    sink=MemorySink())
+    ref.append(worker)
+    assert await asyncio.wait_for(worker.run(), 10) == 0
+    assert source.attempts == 1
+
+
 async def test_a_stop_during_the_restart_backoff_still_gives_the_observer_its_last_run(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(worker_module, "_OBSERVER_BACKOFF_S", 30.0)

@@ -215,7 +215,9 @@ class Worker:
                 await self.source.start(self)
                 return
             except (SourceError, SinkError) as exc:
-                if self._stop.is_set() or loop.time() + backoff > deadline:
+                if self._stop.is_set():
+                    return  # asked to stop meanwhile: nothing was taken, a clean exit
+                if loop.time() + backoff > deadline:
                     raise
                 log.warning("broker_unreachable", error=str(exc), retry_in_s=backoff)
             if await wait_set(self._stop, backoff):
