@@ -303,6 +303,13 @@ async def test_a_result_the_broker_refuses_becomes_an_error_result_not_a_crash_l
     assert by_event["e1"].error is not None
     assert by_event["e1"].error.startswith("result rejected: results refused a record")
     assert by_event["e0"].status == by_event["e2"].status == "ok"
+    # Counted once, as published: e1's refused "passed" result is not counted beside its
+    # error result, so the outcome counters add up to the results on the topic.
+    registry = worker.metrics.registry
+    outcomes = {o: registry.get_sample_value("evalstream_evaluations_total", {
+        "route": "main", "evaluator": "unit_scripted", "outcome": o}) or 0.0
+        for o in ("passed", "failed", "labelled", "error")}
+    assert outcomes == {"passed": 2.0, "failed": 0.0, "labelled": 0.0, "error": 1.0}
 
 
 async def test_output_failure_stops_the_worker_without_committing() -> None:
@@ -416,6 +423,13 @@ async def test_unpublishable_result_becomes_an_error_result_and_commits() -> Non
     assert by_event["e1"].status == "error"
     assert by_event["e1"].error == "internal error: PydanticSerializationError"
     assert by_event["e0"].status == by_event["e2"].status == "ok"
+    # Counted once, as published: e1's refused "passed" result is not counted beside its
+    # error result, so the outcome counters add up to the results on the topic.
+    registry = worker.metrics.registry
+    outcomes = {o: registry.get_sample_value("evalstream_evaluations_total", {
+        "route": "main", "evaluator": "unit_scripted", "outcome": o}) or 0.0
+        for o in ("passed", "failed", "labelled", "error")}
+    assert outcomes == {"passed": 2.0, "failed": 0.0, "labelled": 0.0, "error": 1.0}
     assert [e["error_type"] for e in logs if e["event"] == "evaluation_crashed"] == [
         "PydanticSerializationError"]
 

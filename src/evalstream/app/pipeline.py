@@ -205,6 +205,10 @@ class Pipeline:
     async def run(self, event: TraceEvent, planned: Planned) -> EvalResult | None:
         """Run one evaluation. Never raises for content: failures become error results.
 
+        The result's outcome is not counted here: call :meth:`record` once it is durable,
+        so the outcome counters agree with the results topic even when a result is refused
+        by the broker and replaced by an error result.
+
         Returns:
             The result, or None when the evaluator skipped the event (counted by reason).
         """
@@ -237,7 +241,6 @@ class Pipeline:
             # e.g. a score outside 0..1: report it as the evaluator's error, not a crash.
             fields = ", ".join(".".join(map(str, e["loc"])) for e in exc.errors())
             return self.failed(event, planned, f"invalid score fields: {fields}")
-        self._record(planned, result)
         return result
 
     async def evaluate(self, event: TraceEvent, *, topic: str) -> list[EvalResult]:
@@ -246,7 +249,12 @@ class Pipeline:
         if not planned:
             return []
         results = await asyncio.gather(*(self.run(event, p) for p in planned))
-        return [r for r in results if r is not None]
+        done = []
+        for p, result in zip(planned, results, strict=True):
+            if result is not None:
+                self.record(p, result)
+                done.append(result)
+        return done
 
     async def aclose(self) -> None:
         """Release what the evaluators hold."""
@@ -295,22 +303,26 @@ class Pipeline:
         return EvalResult.model_validate(fields)
 
     def failed(self, event: TraceEvent, planned: Planned, error: str) -> EvalResult:
-        """The error result of ``planned`` on ``event`` (counted as an ``error`` outcome)."""
-        bound = planned.bound
-        bound.outcomes["error"](1)
-        bound.weighted["error"](1.0 / planned.sample_rate)
+        """The error result of ``planned`` on ``event`` (``record`` counts it as ``error``)."""
         return EvalResult(
             **self._envelope(event, planned),
             status="error",
             error=error[:_MAX_ERROR_CHARS],
         )
 
-    def _record(self, planned: Planned, result: EvalResult) -> None:
+    def record(self, planned: Planned, result: EvalResult) -> None:
+        """Count a result of ``planned`` that is now durable: its outcome (``passed``,
+        ``failed``, ``labelled`` or ``error``), score, label and lag."""
         bound = planned.bound
-        passed = result.passed
-        outcome = "labelled" if passed is None else ("passed" if passed else "failed")
+        if result.status == "error":
+            outcome = "error"
+        else:
+            passed = result.passed
+            outcome = "labelled" if passed is None else ("passed" if passed else "failed")
         bound.outcomes[outcome](1)
         bound.weighted[outcome](1.0 / planned.sample_rate)
+        if outcome == "error":
+            return
         if result.score is not None:
             bound.score_hist(result.score)
         if result.label is not None and bound.is_label:

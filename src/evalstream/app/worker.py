@@ -402,10 +402,12 @@ class Worker:
         # every log line of this evaluation and needs no unbinding.
         structlog.contextvars.bind_contextvars(
             topic=state.tp[0], partition=state.tp[1], offset=offset, event_id=event.event_id)
+        pipeline = self.pipeline
         try:
-            result = await self.pipeline.run(event, planned)
+            result = await pipeline.run(event, planned)
             if result is not None:
                 await self.outputs.result(result)
+                pipeline.record(planned, result)
         except SinkError as exc:
             self._fail(exc)
             return
@@ -421,7 +423,9 @@ class Worker:
                 log.error("evaluation_crashed", error_type=type(exc).__name__)
                 why = f"internal error: {type(exc).__name__}"
             try:
-                await self.outputs.result(self.pipeline.failed(event, planned, why))
+                failed = pipeline.failed(event, planned, why)
+                await self.outputs.result(failed)
+                pipeline.record(planned, failed)
             except Exception as again:
                 self._fail(again)
                 return
