@@ -224,6 +224,7 @@ def test_read_items_skips_and_records_bad_lines(tmp_path: Path) -> None:
     assert "turns[0] must be a {role, content} object, not str" in bad[0]
     assert "turns must be a list" in bad[1]
     assert "not UTF-8" in bad[2]
+    assert "not a TraceEvent or evaldata item: not valid JSON (" in bad[3]
     with pytest.raises(ConfigError, match=r"mixed\.jsonl:2: .*turns\[0\]"):
         list(offline.read_items([path]))
 

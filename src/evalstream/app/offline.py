@@ -155,7 +155,10 @@ def _item(raw: bytes) -> Item:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"not UTF-8 (byte {exc.start})") from None
-    obj = load_json(line)
+    try:
+        obj = load_json(line)
+    except ValueError as exc:
+        raise ValueError(f"not valid JSON ({exc})") from None
     if not isinstance(obj, dict):
         raise ValueError("not a JSON object")
     if obj.keys() >= _EVALDATA_KEYS:
