@@ -239,6 +239,10 @@ def test_g_test_flags_a_changed_mix_and_passes_the_same_mix() -> None:
     assert new is not None
     assert math.isfinite(new.g)
     assert g_test(Counter(), baseline) is None
+    # One label on both sides: the same mix, not "nothing to compare".
+    alone = g_test(Counter({"neutral": 40}), Counter({"neutral": 500}))
+    assert alone is not None
+    assert (alone.g, alone.df, alone.p_value) == (0.0, 0, 1.0)
 
 
 def test_label_window_is_bounded_in_time_and_labels() -> None:

@@ -162,6 +162,29 @@ def test_label_mix_shift_without_more_other_fires_only_the_mix_test() -> None:
     assert resolved == ["label_mix:resolved"]
 
 
+def test_a_mix_learned_with_one_label_resolves_when_traffic_is_back_to_that_label() -> None:
+    # Warm-up saw only "neutral"; a spike brings "negative". Back to all-neutral, both sides
+    # hold one label: was "nothing to compare" (no test), so the alert fired for good.
+    engine = DriftEngine(SETTINGS)
+    t = 0.0
+
+    def feed(n: int, label: str) -> list[str]:
+        nonlocal t
+        states: list[str] = []
+        for _ in range(n):
+            engine.observe(result(None, evaluator="sentiment", label=label), t)
+            t += 0.25
+            states += [a.state for a in engine.drain_alerts(t) if a.kind == "label_mix"]
+        return states
+
+    assert feed(400, "neutral") == []
+    assert feed(200, "negative") == ["firing"]
+    assert feed(400, "neutral") == ["resolved"]
+    assert not any(d.firing for d in engine.detectors())  # the share alert resolved too
+    mix = next(d for d in engine.detectors() if d.kind == "label_mix")
+    assert (mix.statistic, mix.threshold()) == (0.0, None)
+
+
 def test_label_mix_alert_contents() -> None:
     engine = DriftEngine(SETTINGS)
     for i in range(200):

@@ -306,7 +306,7 @@ class DriftEngine:
             interval=wilson_interval(res.share, res.n) if res else None,
             n=res.n if res else 0,
             statistic=res.g if res else None,
-            threshold=chi2_isf(det.alpha, res.df) if res else None,
+            threshold=chi2_isf(det.alpha, res.df) if res and res.df else None,
             first_seen=_ts(first),
             at=_ts(at),
             summary=summary,

@@ -109,14 +109,19 @@ def g_test(counts: Counter[str], baseline: Counter[str]) -> MixResult | None:
     warm-up of a few thousand, the baseline's own sampling error then makes a mix that
     never changed drift out of the acceptance region as the window fills, and the alert
     fires and never resolves. A label seen on one side only is an ordinary cell here,
-    never an infinite statistic. Returns ``None`` when there is nothing to compare (no
-    live counts, or fewer than two labels).
+    never an infinite statistic. When both sides hold the same single label the mixes are
+    identical: G = 0, p = 1 (df 0), which resolves an alert raised while a second label
+    appeared. Returns ``None`` when there is nothing to compare (no live or no baseline
+    counts).
     """
     n = sum(counts.values())
     base_n = sum(baseline.values())
     labels = sorted(set(baseline) | set(counts))
-    if n == 0 or base_n == 0 or len(labels) < 2:
+    if n == 0 or base_n == 0:
         return None
+    if len(labels) == 1:
+        return MixResult(g=0.0, df=0, p_value=1.0, n=n, label=labels[0],
+                         baseline_share=1.0, share=1.0)
     total = n + base_n
     g = 0.0
     top, top_departure = labels[0], -math.inf
@@ -266,4 +271,5 @@ class MixDetector:
 
     def threshold(self) -> float | None:
         """The G value at which the test fires, for the current degrees of freedom."""
-        return chi2_isf(self.alpha, self.last.df) if self.last is not None else None
+        last = self.last
+        return chi2_isf(self.alpha, last.df) if last is not None and last.df else None
