@@ -45,6 +45,8 @@ class Scripted(Evaluator[EvaluatorParams]):
             await asyncio.sleep(float(output.split(":", 1)[1]))
         elif output == "skip":
             raise SkipEvaluation("no_thing")
+        elif output.startswith("skip:"):  # a reason taken from the content
+            raise SkipEvaluation(output.split(":", 1)[1])
         elif output == "judge_error":
             raise JudgeError("upstream 503 after retries")
         elif output == "boom":

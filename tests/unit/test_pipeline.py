@@ -74,6 +74,21 @@ async def test_evaluator_skips_are_counted_by_reason() -> None:
     assert count(registry, "evalstream_events_skipped_total", reason="no_thing") == 1
 
 
+async def test_skip_reasons_stay_a_bounded_set_of_codes() -> None:
+    # A plugin may build its reason from the event: the label must not carry content, nor
+    # grow a series per event.
+    pipeline, registry = make()
+    await pipeline.evaluate(ev(output="skip:User said: my card 4111 was declined"),
+                            topic="traces")
+    for i in range(100):
+        await pipeline.evaluate(ev(i, output=f"skip:code_{i}"), topic="traces")
+    reasons = {s.labels["reason"] for m in registry.collect() for s in m.samples
+               if s.name == "evalstream_events_skipped_total"}
+    assert len(reasons - {"sampling", "no_route"}) == 32  # the pipeline's own two, and 32
+    assert "code_0" in reasons
+    assert count(registry, "evalstream_events_skipped_total", reason="other") == 1 + 100 - 31
+
+
 async def test_sampling_and_no_route_skips() -> None:
     pipeline, registry = make(
         sampling={"rate": 0.5},

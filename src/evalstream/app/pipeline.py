@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,9 @@ log = get_logger(__name__)
 #: Outcomes of one evaluation in ``evalstream_evaluations_total``.
 OUTCOMES = ("passed", "failed", "labelled", "error", "skipped")
 _MAX_ERROR_CHARS = 500
+#: Skip reasons are metric label values: short codes, at most this many distinct ones.
+_REASON = re.compile(r"[a-z][a-z0-9_]{0,39}")
+_MAX_SKIP_REASONS = 32
 
 
 def load_plugins(modules: Sequence[str]) -> None:
@@ -266,7 +270,14 @@ class Pipeline:
     def _count_skip(self, reason: str) -> None:
         counter = self._skip_counters.get(reason)
         if counter is None:
-            counter = self._skip_counters[reason] = self.metrics.events_skipped.labels(reason)
+            # A plugin's SkipEvaluation can carry any string, even one built from the
+            # event: a label value must stay a short code from a bounded set.
+            if len(self._skip_counters) >= _MAX_SKIP_REASONS or not _REASON.fullmatch(reason):
+                reason = "other"
+                counter = self._skip_counters.get(reason)
+            if counter is None:
+                counter = self._skip_counters[reason] = \
+                    self.metrics.events_skipped.labels(reason)
         counter.inc()
 
     @staticmethod
