@@ -115,13 +115,15 @@ def build() -> dict[str, object]:
         lo=0, hi=1))
     board = board.with_panel(_ts(
         "Evaluations in window (per worker)",
-        "Sample count behind each live pass rate.",
+        "Sample count behind each worker's live pass rate (the panel to the left): each "
+        "replica counts only the partitions it holds.",
         "short",
-        _q(f'sum by (route, evaluator, window) (evalstream_pass_rate_samples{{{SEL}, '
-           f'window=~"$window"}})', "{{route}} / {{evaluator}} {{window}}")))
+        _q(f'evalstream_pass_rate_samples{{{SEL}, window=~"$window"}}',
+           "{{route}} / {{evaluator}} {{window}} {{instance}}")))
     board = board.with_panel(_ts(
         "Off-topic share (topic evaluator, 5m)",
-        "Share of conversations labelled 'other' by the topic evaluator, all replicas.",
+        "Share of conversations labelled 'other' by the evaluator named 'topic' in the "
+        "routes (the recording rules select evaluator=\"topic\"), all replicas.",
         "percentunit",
         _q('route:evalstream_topic_other_share:ratio_rate5m{route=~"$route"}', "{{route}}",
            "A"),
@@ -163,7 +165,10 @@ def build() -> dict[str, object]:
         _q(f"sum by (judge) (rate(evalstream_judge_cost_usd_total[{RATE}])) * 3600",
            "{{judge}}"), width=8))
     board = board.with_panel(_ts(
-        "Judge requests by outcome", "ok, retry, error, rate_limited, circuit_open.", "ops",
+        "Judge requests by outcome",
+        "Finished calls: ok, error (not retryable, or retries exhausted), deadline (no "
+        "answer in time, e.g. while the circuit breaker is open). Attempts that go on: "
+        "retry, rate_limited (HTTP 429).", "ops",
         _q(f"sum by (judge, outcome) (rate(evalstream_judge_requests_total[{RATE}]))",
            "{{judge}} {{outcome}}"), width=8))
 
@@ -194,7 +199,8 @@ def build() -> dict[str, object]:
            "firing")))
     board = board.with_panel(_stat(
         "Alert events published (24h)", "Firing and resolved events on the alerts topic.",
-        "short", _q("sum(increase(evalstream_alerts_total[24h]))", "events"), width=12))
+        "short", _q("sum(increase(evalstream_alerts_total[24h])) or vector(0)", "events"),
+        width=12))
     board = board.with_panel(_ts(
         "Drift alert state", "1 while the worker's detector fires.", "short",
         _q(f"max by (route, evaluator, kind) (evalstream_drift_alert_firing{{{SEL}}})",

@@ -70,6 +70,7 @@ SERVICE_MONITOR: dict[str, Any] = {
             "type": "object",
             "required": ["selector"],
             "properties": {
+                "jobLabel": {"type": "string", "minLength": 1},
                 "selector": {
                     "type": "object",
                     "properties": {"matchLabels": _STRING_MAP},
@@ -235,6 +236,11 @@ SCALED_OBJECT: dict[str, Any] = {
     },
 }
 
+# The Kafka scaler's authentication parameters (TriggerAuthentication `parameter` names).
+KAFKA_AUTH_PARAMETERS = frozenset({
+    "sasl", "username", "password", "tls", "ca", "cert", "key", "keyPassword",
+})
+
 TRIGGER_AUTHENTICATION: dict[str, Any] = {
     "type": "object",
     "required": ["apiVersion", "kind", "metadata", "spec"],
@@ -251,7 +257,7 @@ TRIGGER_AUTHENTICATION: dict[str, Any] = {
                         "type": "object",
                         "required": ["parameter", "name", "key"],
                         "properties": {
-                            "parameter": {"type": "string"},
+                            "parameter": {"enum": sorted(KAFKA_AUTH_PARAMETERS)},
                             "name": {"type": "string"},
                             "key": {"type": "string"},
                         },

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+from evalstream.metrics import Metrics
+from tests.deploy.test_prometheus_rules import SELECTOR, metric_labels
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "evalstream.json"
@@ -75,3 +80,62 @@ def test_dashboard_covers_what_operators_watch() -> None:
         "evalstream_drift_statistic", "evalstream_topic_other_share",
     ):
         assert needle in joined, needle
+
+
+def panels_by_title(board: dict[str, object]) -> dict[str, dict[str, Any]]:
+    panels = board["panels"]
+    assert isinstance(panels, list)
+    return {p["title"]: p for p in panels if p["type"] != "row"}
+
+
+def test_stat_panels_show_zero_before_the_first_event() -> None:
+    # Labelled counters (evalstream_alerts_total) have no series until the first alert:
+    # without a fallback the stat reads "No data", which looks like a broken query.
+    stats = {t: p for t, p in panels_by_title(load()).items() if p["type"] == "stat"}
+    assert "Alert events published (24h)" in stats
+    for title, panel in stats.items():
+        for target in panel["targets"]:
+            assert target["expr"].rstrip().endswith("or vector(0)"), title
+
+
+def _emitted_judge_outcomes() -> set[str]:
+    """Outcome label values the judges actually pass to judge_requests."""
+    found: set[str] = set()
+    for path in (ROOT / "src" / "evalstream" / "judges").glob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        found |= set(re.findall(r'judge_requests\.labels\([^,]+, "(\w+)"\)', text))
+        # outcome = "rate_limited" if ... else "retry"
+        for a, b in re.findall(r'outcome = "(\w+)" if .* else "(\w+)"', text):
+            found |= {a, b}
+    return found
+
+
+def test_judge_outcome_panel_lists_the_real_outcomes() -> None:
+    emitted = _emitted_judge_outcomes()
+    documented = set(re.findall(r"\w+", Metrics().judge_requests._documentation.split("(")[1]))
+    assert emitted == documented == {"ok", "retry", "rate_limited", "error", "deadline"}
+    desc = panels_by_title(load())["Judge requests by outcome"]["description"]
+    assert "circuit_open" not in desc
+    for outcome in emitted:
+        assert re.search(rf"\b{outcome}\b", desc), outcome
+
+
+def test_per_worker_panels_keep_workers_apart() -> None:
+    aggregation = re.compile(r"\b(sum|avg|max|min|count)\s*(by\s*\(([^)]*)\))?\s*\(")
+    per_worker = {t: p for t, p in panels_by_title(load()).items() if "per worker" in t}
+    assert "Evaluations in window (per worker)" in per_worker
+    for title, panel in per_worker.items():
+        for target in panel["targets"]:
+            for _op, _by, labels in aggregation.findall(target["expr"]):
+                assert "instance" in labels, f"{title!r} aggregates across workers"
+            assert "{{instance}}" in target["legendFormat"], title
+
+
+def test_dashboard_uses_only_exported_metrics_and_labels() -> None:
+    exported = metric_labels()
+    for title, queries in exprs(load()).items():
+        for query in queries:
+            for name, matchers in SELECTOR.findall(query):
+                assert name in exported, f"{title}: {name}"
+                used = set(re.findall(r"([a-zA-Z_]\w*)\s*[=!]~?", matchers))
+                assert used <= exported[name], (title, name, used - exported[name])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -214,7 +215,10 @@ def test_credentials_come_only_from_existing_secrets(all_on_docs: list[Manifest]
                                                       "key": "password"}
     assert refs["OPENAI_API_KEY"] == {"name": "llm-judge", "key": "api-key"}
     auth = one(all_on_docs, "TriggerAuthentication")
-    assert {r["parameter"] for r in auth["spec"]["secretTargetRef"]} == {"username", "password"}
+    refs = {r["parameter"]: (r["name"], r["key"]) for r in auth["spec"]["secretTargetRef"]}
+    assert refs == {"username": ("kafka-credentials", "username"),
+                    "password": ("kafka-credentials", "password"),
+                    "ca": ("kafka-ca", "ca.crt")}
 
 
 @pytest.mark.parametrize(
@@ -231,10 +235,37 @@ def test_credentials_come_only_from_existing_secrets(all_on_docs: list[Manifest]
         ({"terminationGracePeriodSeconds": 10}, "must exceed"),
         ({"autoscaling": {"keda": {"partitions": "six"}}}, "want integer"),  # values.schema
         ({"secrets": {"judgeApiKeys": [{"env": "KEY"}]}}, "existingSecret"),
+        ({"config": {"server": {"host": "127.0.0.1"}}}, "config.server.host"),
+        ({"config": {"server": {"host": "localhost"}}}, "all interfaces"),
+        ({"autoscaling": {"keda": {"enabled": True, "minReplicaCount": 0}}},
+         "allowScaleToZero"),
+        ({"autoscaling": {"keda": {"enabled": True, "minReplicaCount": 8, "partitions": 4}}},
+         "exceeds the replica cap"),
+        ({"autoscaling": {"hpa": {"enabled": True, "minReplicas": 5, "partitions": 4}}},
+         "exceeds the replica cap"),
+        ({"config": {"kafka": {"security_protocol": "SSL", "ssl_cafile": "/ca/ca.crt"}},
+          "autoscaling": {"keda": {"enabled": True}}}, "autoscaling.keda.tls.ca.secretName"),
+        ({"config": {"kafka": {"security_protocol": "SSL", "ssl_certfile": "/c/tls.crt",
+                               "ssl_keyfile": "/c/tls.key"}},
+          "autoscaling": {"keda": {"enabled": True}}}, "client certificate"),
+        ({"config": {"kafka": {"security_protocol": "SSL"}},
+          "autoscaling": {"keda": {"enabled": True,
+                                   "tls": {"cert": {"secretName": "client"}}}}},
+         "set together"),
+        ({"autoscaling": {"keda": {"enabled": True, "tls": {"ca": {"secretName": "ca"}}}}},
+         "PLAINTEXT"),
+        ({"config": {"inputs": None}, "autoscaling": {"keda": {"enabled": True}}},
+         "config.inputs"),
+        ({"autoscaling": {"keda": {"tls": {"ca": {"name": "ca"}}}}}, "additional properties"),
+        ({"prometheusRule": {"enabled": True, "topicEvaluator": 'topic"} or vector(1)'}},
+         "topicEvaluator"),
     ],
     ids=["sasl-password-in-values", "api-key-env-without-secret", "api-key-in-values",
          "sasl-without-secret", "keda-and-hpa", "grace-below-drain", "schema-type",
-         "schema-secret-ref"],
+         "schema-secret-ref", "server-loopback", "server-hostname", "keda-scale-to-zero",
+         "keda-min-above-cap", "hpa-min-above-cap", "keda-private-ca-without-ca",
+         "keda-mtls-without-cert", "keda-cert-without-key", "keda-tls-without-ssl",
+         "keda-without-inputs", "schema-keda-tls", "schema-topic-evaluator"],
 )
 def test_dangerous_values_fail_to_render(values: dict[str, Any], message: str) -> None:
     with pytest.raises(helm.HelmError, match=message):
@@ -248,12 +279,129 @@ def test_keda_caps_replicas_at_partition_count(all_on_docs: list[Manifest]) -> N
     assert ALL_ON["autoscaling"]["keda"]["maxReplicaCount"] > ALL_ON["autoscaling"]["keda"][
         "partitions"]
     assert spec["maxReplicaCount"] == ALL_ON["autoscaling"]["keda"]["partitions"]
-    meta = spec["triggers"][0]["metadata"]
-    assert meta["consumerGroup"] == ALL_ON["config"]["kafka"]["group_id"]
-    assert meta["topic"] == "otlp_spans"
-    assert meta["sasl"] == "scram_sha512"
-    assert meta["tls"] == "enable"
+    # One trigger per input topic (the HPA follows the busiest), all authenticated.
+    topics = [i["topic"] for i in ALL_ON["config"]["inputs"]]
+    assert len(topics) == 2
+    assert [t["metadata"]["topic"] for t in spec["triggers"]] == topics
+    auth = one(all_on_docs, "TriggerAuthentication")["metadata"]["name"]
+    for trigger in spec["triggers"]:
+        meta = trigger["metadata"]
+        assert meta["consumerGroup"] == ALL_ON["config"]["kafka"]["group_id"]
+        assert meta["offsetResetPolicy"] == ALL_ON["config"]["kafka"]["auto_offset_reset"]
+        assert meta["sasl"] == "scram_sha512"
+        assert meta["tls"] == "enable"
+        assert trigger["authenticationRef"] == {"name": auth}
     assert "replicas" not in one(all_on_docs, "Deployment")["spec"]
+
+
+def _validate_custom(doc: Manifest) -> None:
+    jsonschema.validate(doc, CRD_SCHEMAS[(doc["apiVersion"], doc["kind"])])
+
+
+def test_keda_over_mutual_tls_gets_ca_cert_and_key() -> None:
+    """SSL without SASL: the TriggerAuthentication carries only the TLS material."""
+    docs = render({
+        "config": {"kafka": {"security_protocol": "SSL", "ssl_cafile": "/tls/ca.crt",
+                             "ssl_certfile": "/tls/tls.crt", "ssl_keyfile": "/tls/tls.key"}},
+        "autoscaling": {"keda": {"enabled": True, "tls": {
+            "ca": {"secretName": "kafka-ca"},
+            "cert": {"secretName": "kafka-client", "key": "client.pem"},
+            "key": {"secretName": "kafka-client", "key": "client-key.pem"}}}},
+    })
+    auth = one(docs, "TriggerAuthentication")
+    _validate_custom(auth)
+    refs = {r["parameter"]: (r["name"], r["key"]) for r in auth["spec"]["secretTargetRef"]}
+    assert refs == {"ca": ("kafka-ca", "ca.crt"), "cert": ("kafka-client", "client.pem"),
+                    "key": ("kafka-client", "client-key.pem")}
+    scaled = one(docs, "ScaledObject")
+    _validate_custom(scaled)
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["metadata"]["tls"] == "enable"
+    assert "sasl" not in trigger["metadata"]
+    assert trigger["authenticationRef"]["name"] == auth["metadata"]["name"]
+
+
+def test_keda_over_public_ca_tls_needs_no_authentication() -> None:
+    """TLS to brokers with a public CA (no ssl_cafile, no SASL): nothing to authenticate."""
+    docs = render({"config": {"kafka": {"security_protocol": "SSL"}},
+                   "autoscaling": {"keda": {"enabled": True}}})
+    assert not [d for d in docs if d["kind"] == "TriggerAuthentication"]
+    (trigger,) = one(docs, "ScaledObject")["spec"]["triggers"]
+    assert trigger["metadata"]["tls"] == "enable"
+    assert "authenticationRef" not in trigger
+
+
+def test_keda_scale_to_zero_only_when_allowed() -> None:
+    docs = render({"autoscaling": {"keda": {"enabled": True, "minReplicaCount": 0,
+                                            "allowScaleToZero": True}}})
+    assert one(docs, "ScaledObject")["spec"]["minReplicaCount"] == 0
+
+
+@pytest.mark.parametrize(("partitions", "expected"), [(4, 4), (None, 12)])
+def test_hpa_caps_replicas_at_partition_count(partitions: int | None, expected: int) -> None:
+    hpa = one(render({"autoscaling": {"hpa": {"enabled": True, "maxReplicas": 12,
+                                              "partitions": partitions}}}),
+              "HorizontalPodAutoscaler")
+    kubernetes_validate.validate(hpa, KUBE_VERSION, strict=True)
+    assert hpa["spec"]["maxReplicas"] == expected
+
+
+def test_pdb_lets_unready_idle_replicas_be_evicted(all_on_docs: list[Manifest]) -> None:
+    # A replica without partitions is never ready; under the default policy it would count
+    # as disrupted and block node drains.
+    pdb = one(all_on_docs, "PodDisruptionBudget")
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+def test_judge_key_from_extra_env_from_is_accepted() -> None:
+    values = {
+        "config": {"judges": {"llm": {"type": "openai", "base_url": "http://x", "model": "m",
+                                      "api_key_env": "JUDGE_KEY"}}},
+        "extraEnvFrom": [{"secretRef": {"name": "judge-keys"}}],
+    }
+    container = one(render(values), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert container["envFrom"] == [{"secretRef": {"name": "judge-keys"}}]
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::"])
+def test_all_interfaces_server_hosts_render(host: str) -> None:
+    docs = render({"config": {"server": {"host": host}}})
+    assert yaml.safe_load(_rendered_config(docs))["server"]["host"] == host
+
+
+def _rule_exprs(rule: Manifest) -> list[str]:
+    return [str(r["expr"]) for g in rule["spec"]["groups"] for r in g["rules"]]
+
+
+def test_off_topic_rules_follow_the_configured_evaluator_name() -> None:
+    rule = one(render({"prometheusRule": {"enabled": True, "topicEvaluator": "topic_llm"}}),
+               "PrometheusRule")
+    _validate_custom(rule)
+    label_exprs = [e for e in _rule_exprs(rule) if "evalstream_labels_total" in e]
+    assert len(label_exprs) >= 4
+    for expr in label_exprs:
+        assert 'evaluator="topic_llm"' in expr
+        assert 'evaluator="topic"' not in expr
+
+
+def test_service_monitor_job_matches_the_availability_alerts(
+    all_on_docs: list[Manifest],
+) -> None:
+    """The operator names the job after the Service label jobLabel names, else after the
+    Service; EvalstreamTargetDown's job selector must match what the chart produces."""
+    rules = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text("utf-8"))
+    target_down = next(r for g in rules["groups"] for r in g["rules"]
+                       if r.get("alert") == "EvalstreamTargetDown")
+    regex = re.search(r'up\{job=~"([^"]+)"\}', target_down["expr"])
+    assert regex is not None
+    monitor = one(all_on_docs, "ServiceMonitor")
+    service = one(all_on_docs, "Service")
+    job = service["metadata"]["labels"][monitor["spec"]["jobLabel"]]
+    assert job == "evalstream"
+    # Prometheus anchors label regexes; the Service-name default must match as well.
+    for name in (job, service["metadata"]["name"], "evalstream-prod"):
+        assert re.fullmatch(regex.group(1), name), name
+    assert not re.fullmatch(regex.group(1), "node-exporter")
 
 
 def test_prometheus_rule_ships_the_rules_file(all_on_docs: list[Manifest]) -> None:

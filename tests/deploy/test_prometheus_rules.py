@@ -51,6 +51,11 @@ def test_unit_tests_cover_spike_quiet_and_small_sample() -> None:
     assert {"EvalstreamOffTopicSpike", "EvalstreamPassRateDrop",
             "EvalstreamDriftDetected"} <= fired
     assert {"EvalstreamOffTopicSpike", "EvalstreamPassRateDrop"} <= silent
+    # Availability alerts: each shown firing, and quiet on healthy input.
+    availability = {"EvalstreamDown", "EvalstreamTargetDown", "EvalstreamOffsetCommitErrors",
+                    "EvalstreamJudgeCircuitOpen", "EvalstreamJudgeErrors"}
+    assert availability <= fired
+    assert availability <= silent
 
 
 @pytest.mark.parametrize("guard", [
@@ -66,6 +71,77 @@ def test_small_sample_tests_fail_without_the_minimum_n_guard(tmp_path: Path, gua
     proc = run_promtool("test", "rules", "tests.yaml", cwd=tmp_path)
     assert proc.returncode != 0, "the small-sample test did not notice a missing guard"
     assert "FAILED" in proc.stdout + proc.stderr
+
+
+JUDGE_FINISHED = 'rate(evalstream_judge_requests_total{outcome=~"ok|error|deadline"}[5m])'
+
+
+@pytest.mark.parametrize(("fixed", "broken"), [
+    # Dividing by every attempt (retry, rate_limited too) dilutes the failure share.
+    (JUDGE_FINISHED, "rate(evalstream_judge_requests_total[5m])"),
+    # Without absent() a fleet whose series all vanished (dead or hung) never alerts.
+    ("sum(evalstream_ready) == 0 or absent(evalstream_ready)", "sum(evalstream_ready) == 0"),
+    # A job selector that only knows one naming misses the operator's default job name.
+    ('up{job=~".*evalstream.*"}', 'up{job="evalstream"}'),
+    # Alerting on any commit error pages on every rebalance.
+    (">= sum without (outcome) (", "> 0 * sum without (outcome) ("),
+    # A breaker that closes in between is not stuck open.
+    ("min_over_time(evalstream_judge_circuit_state",
+     "max_over_time(evalstream_judge_circuit_state"),
+], ids=["judge-denominator", "absent", "job-selector", "commit-ratio", "circuit-min"])
+def test_availability_tests_fail_without_the_fix(tmp_path: Path, fixed: str, broken: str) -> None:
+    """Each availability/denominator fix is pinned by a promtool test that fails without it."""
+    text = RULES.read_text(encoding="utf-8")
+    assert fixed in text
+    (tmp_path / "rules.yaml").write_text(text.replace(fixed, broken), encoding="utf-8")
+    shutil.copy(TESTS, tmp_path / "tests.yaml")
+    proc = run_promtool("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert proc.returncode != 0, f"no promtool test noticed {broken!r}"
+    assert "FAILED" in proc.stdout + proc.stderr
+
+
+def metric_labels() -> dict[str, frozenset[str]]:
+    """Every exported sample name -> its label names, from evalstream.metrics itself."""
+    from prometheus_client import Counter, Gauge, Histogram, Info
+
+    from evalstream.metrics import Metrics
+
+    out: dict[str, frozenset[str]] = {}
+    for collector in vars(Metrics()).values():
+        if not isinstance(collector, Counter | Gauge | Histogram | Info):
+            continue
+        # prometheus_client has no public accessor for a collector's label names.
+        name = collector._name  # the registered name, without the type's suffixes
+        labels = frozenset(collector._labelnames)
+        if isinstance(collector, Counter):
+            names = [f"{name}_total"]
+        elif isinstance(collector, Histogram):
+            names = [f"{name}_bucket", f"{name}_sum", f"{name}_count"]
+            labels |= {"le"}
+        elif isinstance(collector, Info):
+            names = [f"{name}_info"]
+        else:
+            names = [name]
+        out.update(dict.fromkeys(names, labels))
+    return out
+
+
+SELECTOR = re.compile(r"(?<![:\w])(evalstream_[a-z0-9_]+)(?![:\w])(\{[^}]*\})?")
+
+
+def test_rules_use_only_exported_metrics_and_labels() -> None:
+    """Every evalstream_* metric the rules read exists, with the labels they match on."""
+    exported = metric_labels()
+    doc = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+    seen = set()
+    for rule in (r for g in doc["groups"] for r in g["rules"]):
+        for name, matchers in SELECTOR.findall(str(rule["expr"])):
+            assert name in exported, f"{rule.get('alert') or rule.get('record')}: {name}"
+            used = set(re.findall(r"([a-zA-Z_]\w*)\s*[=!]~?", matchers))
+            assert used <= exported[name], (name, used - exported[name])
+            seen.add(name)
+    assert {"evalstream_ready", "evalstream_offset_commits_total",
+            "evalstream_judge_circuit_state"} <= seen
 
 
 def test_every_alert_is_labelled_and_explained() -> None:

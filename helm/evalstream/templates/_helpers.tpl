@@ -104,9 +104,18 @@ Included once, from the Deployment.
 {{- fail (printf "config.judges.%s.api_key must not be in values: use api_key_env plus secrets.judgeApiKeys" $name) }}
 {{- end }}
 {{- $env := get $judge "api_key_env" }}
-{{- if and $env (not (has $env $envs)) }}
-{{- fail (printf "config.judges.%s.api_key_env is %s but no secrets.judgeApiKeys entry (or extraEnv item) provides it" $name $env) }}
+{{- /* extraEnvFrom's keys are unknown at render time: trust it to provide the variable. */}}
+{{- if and $env (not (has $env $envs)) (not $.Values.extraEnvFrom) }}
+{{- fail (printf "config.judges.%s.api_key_env is %s but no secrets.judgeApiKeys entry (or extraEnv item, or extraEnvFrom source) provides it" $name $env) }}
 {{- end }}
+{{- end }}
+{{- end }}
+{{- /* Probes and scrapes reach the pod IP: the server must listen on every interface. */}}
+{{- $server := get $cfg "server" | default dict }}
+{{- if hasKey $server "host" }}
+{{- $host := get $server "host" | toString }}
+{{- if not (has $host (list "0.0.0.0" "::" "")) }}
+{{- fail (printf "config.server.host is %q: the kubelet's probes and Prometheus connect to the pod IP, so the server must listen on all interfaces (0.0.0.0; \"::\" on IPv6-only clusters) or the pod is never ready and restarts" $host) }}
 {{- end }}
 {{- end }}
 {{- if and .Values.autoscaling.keda.enabled .Values.autoscaling.hpa.enabled }}
