@@ -152,6 +152,40 @@ class _HangingSink(MemorySink):
         await asyncio.Event().wait()
 
 
+class _DeadBrokerSource(_HangingSource):
+    async def stop(self) -> None:
+        await asyncio.Event().wait()
+
+
+class _DeadBrokerSink(_HangingSink):
+    async def stop(self) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_the_steps_after_the_drain_share_one_budget(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Broker unreachable: flush, commit and both clients' stop all hang. Each step used
+    # to wait its own timeout, which added up past the chart's grace period (drain + 15 s).
+    monkeypatch.setattr(worker_module, "_CLOSE_BUDGET_S", 0.6)
+    monkeypatch.setattr(worker_module, "_CLOSE_STEP_S", 0.5)
+    monkeypatch.setattr(worker_module, "_CLOSE_STEP_MIN_S", 0.05)
+    source = _DeadBrokerSource([raw(0)])
+    worker = Worker(settings(), registry=CollectorRegistry(), judges=JUDGES, source=source,
+                    sink=_DeadBrokerSink())
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.create_task(worker.run())
+        await until(lambda: worker.tracker.pending() == 0 and worker.is_ready())
+        source.hang = True
+        loop = asyncio.get_running_loop()
+        stopped_at = loop.time()
+        worker.request_stop()
+        assert await asyncio.wait_for(task, 10) == 1  # the flush never finished
+        took = loop.time() - stopped_at
+    assert took < 0.6 + 6 * 0.05 + 0.4, took  # was 4 x 0.5 s: each step its own timeout
+    [failed] = [e for e in logs if e["event"] == "worker_failed"]
+    assert failed["error"] == "producer flush did not finish within 0.5s"  # was ""
+
+
 async def test_shutdown_does_not_hang_on_a_broker_that_stopped_answering(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(worker_module, "_CLOSE_STEP_S", 0.2)

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import os
 import signal
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 from zlib import crc32
@@ -57,14 +59,31 @@ _LAG_INTERVAL_S = 1.0
 _UNASSIGNED_WARNING_S = 60.0
 _DEAD_LETTER_CONCURRENCY = 64
 _EXIT_FORCED = 130
-#: Each step after the drain (flush, final commit, closing a client) gets this long: with the
-#: broker unreachable aiokafka retries commits forever, and the chart's grace period leaves
-#: 15 s past the drain. What is cut short is uncommitted, so redelivered, never lost.
+#: The steps after the drain (the observers' last step, flush, final commit, closing each
+#: client) share this budget: with the broker unreachable each would wait out its own
+#: timeout (aiokafka retries commits forever), and the chart's grace period leaves 15 s
+#: past the drain. What is cut short is uncommitted, so redelivered, never lost.
+_CLOSE_BUDGET_S = 12.0
+#: No one step takes more than this, so a hung step leaves time to the others...
 _CLOSE_STEP_S = 5.0
+#: ...and each gets at least this, even once the budget is spent (to close its sockets).
+_CLOSE_STEP_MIN_S = 0.2
 _CONNECT_BACKOFF_S = 0.5
 _CONNECT_BACKOFF_MAX_S = 10.0
 _OBSERVER_BACKOFF_S = 1.0
 _OBSERVER_BACKOFF_MAX_S = 60.0
+
+
+class _CloseBudget:
+    """The deadline the steps of a stop share: each gets what is left, within bounds."""
+
+    def __init__(self, seconds: float) -> None:
+        self._deadline = time.monotonic() + seconds
+
+    def step(self) -> float:
+        """Seconds the next step may take."""
+        left = self._deadline - time.monotonic()
+        return max(_CLOSE_STEP_MIN_S, min(_CLOSE_STEP_S, left))
 
 
 class Worker:
@@ -516,43 +535,54 @@ class Worker:
                 for task in pending:
                     task.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
+        budget = _CloseBudget(_CLOSE_BUDGET_S)
         self._observers_stop.set()
         if observer_tasks:
-            _, late = await asyncio.wait(observer_tasks, timeout=5.0)
+            wait_s = budget.step()
+            _, late = await asyncio.wait(observer_tasks, timeout=wait_s)
+            if late:
+                log.warning("observer_final_step_timeout", timeout_s=round(wait_s, 1))
             for task in late:
                 task.cancel()
         # 3. Flush the producer, then commit what is durable.
         if self._fatal is None:
+            wait_s = budget.step()
             try:
-                async with asyncio.timeout(_CLOSE_STEP_S):
+                async with asyncio.timeout(wait_s):
                     await self.sink.flush()
-            except Exception as exc:  # TimeoutError included: results are not durable
+            except TimeoutError:  # results are not known to be durable
+                self._fail(SinkError(f"producer flush did not finish within {wait_s:.1f}s"))
+            except Exception as exc:
                 self._fail(exc)
+        wait_s = budget.step()
         try:
-            async with asyncio.timeout(_CLOSE_STEP_S):
+            async with asyncio.timeout(wait_s):
                 await self.committer.commit()
         except TimeoutError:
-            log.warning("final_commit_timeout", timeout_s=_CLOSE_STEP_S)
+            log.warning("final_commit_timeout", timeout_s=round(wait_s, 1))
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
-        await self._close()
+        await self._close(budget)
         return 0 if self._fatal is None else 1
 
-    async def _close(self) -> None:
+    async def _close(self, budget: _CloseBudget | None = None) -> None:
         self._closing = True
+        if budget is None:
+            budget = _CloseBudget(_CLOSE_BUDGET_S)
         for task in list(self._tasks):
             task.cancel()
-        for step in (self.source.stop, self.sink.stop, self.health.stop, self.pipeline.aclose):
+        steps = [self.source.stop, self.sink.stop, self.health.stop, self.pipeline.aclose]
+        if self._own_judges:
+            steps.append(functools.partial(close_judges, self.judges))
+        for step in steps:
             try:
-                async with asyncio.timeout(_CLOSE_STEP_S):
+                async with asyncio.timeout(budget.step()):
                     await step()
             except Exception as exc:
-                log.warning("close_failed", step=getattr(step, "__qualname__", "?"),
-                            error=str(exc) or type(exc).__name__)
-        if self._own_judges:
-            with contextlib.suppress(Exception):
-                await close_judges(self.judges)
+                name = getattr(step, "__qualname__", None) or getattr(
+                    getattr(step, "func", None), "__qualname__", "?")
+                log.warning("close_failed", step=name, error=str(exc) or type(exc).__name__)
 
 
 def install_signal_handlers(worker: Worker) -> None:
