@@ -132,6 +132,17 @@ async def watch_lag(source: Source, metrics: Metrics, interval_s: float = 1.0) -
         await asyncio.sleep(interval_s)
 
 
+async def watch_connection(source: Source, interval_s: float = 5.0,
+                           timeout_s: float = 3.0) -> None:
+    """Let ``source`` check its broker every ``interval_s`` (readiness reads the answer)."""
+    while True:
+        try:
+            await source.check(timeout_s)
+        except Exception as exc:  # a check that fails oddly must not stop the worker
+            log.debug("connection_check_failed", error=str(exc))
+        await asyncio.sleep(interval_s)
+
+
 async def watch_readiness(is_ready: Callable[[], bool], metrics: Metrics,
                           ready_event: asyncio.Event | None, inputs: Sequence[str],
                           warn_after_s: float = 60.0) -> None:

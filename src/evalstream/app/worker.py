@@ -30,7 +30,12 @@ from prometheus_client import CollectorRegistry
 
 from evalstream import __version__
 from evalstream.app.commits import Committer
-from evalstream.app.health import HealthServer, watch_lag, watch_readiness
+from evalstream.app.health import (
+    HealthServer,
+    watch_connection,
+    watch_lag,
+    watch_readiness,
+)
 from evalstream.app.intake import SAMPLED_OUT, BatchCounts, Intake
 from evalstream.app.observers import ResultObserver, drift_observer
 from evalstream.app.offsets import TP, OffsetTracker, PartitionState
@@ -56,6 +61,8 @@ log = get_logger(__name__)
 
 _POLL_TIMEOUT_S = 0.5
 _LAG_INTERVAL_S = 1.0
+#: How often the broker is asked whether it still answers (readiness follows the answer).
+_CONNECTION_CHECK_S = 5.0
 _UNASSIGNED_WARNING_S = 60.0
 _DEAD_LETTER_CONCURRENCY = 64
 _EXIT_FORCED = 130
@@ -198,6 +205,8 @@ class Worker:
                                 name="commit"),
             asyncio.create_task(watch_lag(self.source, self.metrics, _LAG_INTERVAL_S),
                                 name="lag"),
+            asyncio.create_task(watch_connection(self.source, _CONNECTION_CHECK_S),
+                                name="connection"),
             asyncio.create_task(watch_readiness(
                 self.is_ready, self.metrics, ready_event,
                 [t.topic for t in self.settings.inputs], _UNASSIGNED_WARNING_S), name="ready"),

@@ -30,7 +30,11 @@ class Source(Protocol):
 
     @property
     def connected(self) -> bool:
-        """Whether the source is connected to its broker."""
+        """Whether the source is connected to its broker (as of the last ``check``)."""
+        ...
+
+    async def check(self, timeout_s: float) -> None:
+        """Refresh ``connected`` with a round trip to the broker, within ``timeout_s``."""
         ...
 
     async def start(self, handler: RebalanceHandler) -> None:

@@ -65,12 +65,40 @@ class KafkaSource:
         self._topics = list(topics)
         self._consumer: AIOKafkaConsumer | None = None
         self._connected = False
+        self._reachable = True
         self._paused = False
 
     @property
     def connected(self) -> bool:
-        """Whether the consumer started and has not been stopped."""
-        return self._connected
+        """Whether the consumer started, has not been stopped, and its last ``check``
+        reached the broker."""
+        return self._connected and self._reachable
+
+    async def check(self, timeout_s: float) -> None:
+        """Ask the leader of an assigned partition for its end offset, to see it answers.
+
+        aiokafka reconnects by itself and keeps the assignment while the broker is gone,
+        so nothing else tells a worker that has lost its broker from an idle one. One small
+        request (not a metadata request: that lists every topic of the cluster).
+        """
+        consumer = self._consumer
+        if consumer is None:
+            return
+        assigned = sorted(consumer.assignment())
+        if not assigned:
+            return  # not ready anyway; nothing to ask about
+        try:
+            async with asyncio.timeout(timeout_s):
+                await consumer.end_offsets(assigned[:1])
+            reachable = True
+        except (KafkaError, TimeoutError):
+            reachable = False
+        if reachable != self._reachable:
+            if reachable:
+                log.info("broker_reachable")
+            else:
+                log.warning("broker_unreachable_while_running", timeout_s=timeout_s)
+        self._reachable = reachable
 
     def _options(self) -> dict[str, Any]:
         s = self._settings
@@ -103,7 +131,7 @@ class KafkaSource:
                               f"{exc}") from exc
         consumer.subscribe(self._topics, listener=_Listener(handler))
         self._consumer = consumer
-        self._connected = True
+        self._connected = self._reachable = True
 
     async def poll(self, timeout_s: float, max_records: int) -> Mapping[TP, Sequence[Record]]:
         """The next records by partition; empty on timeout or after a transient error."""
