@@ -204,9 +204,15 @@ def chat_logprobs(top: list[dict[str, Any]]) -> dict[str, Any]:
 
 async def test_garbled_numbers_never_escape_as_python_errors() -> None:
     bodies = iter([
-        # a positive logprob (impossible; math.exp overflows above ~709)
+        # a positive logprob (impossible; math.exp overflows above ~709): corrupt
         json.dumps(chat_logprobs([{"token": "yes", "logprob": 1000.0},
                                   {"token": "no", "logprob": -2.0}])).encode(),
+        # both positive: clamped, this read as a confident-looking 50/50 that passed
+        json.dumps(chat_logprobs([{"token": "yes", "logprob": 50.0},
+                                  {"token": "no", "logprob": 49.0}])).encode(),
+        # rounding noise just above 0 is a certain token, not corruption
+        json.dumps(chat_logprobs([{"token": "yes", "logprob": 3e-7},
+                                  {"token": "no", "logprob": -9.0}])).encode(),
         # NaN token counts (Python's json accepts the bare NaN literal)
         b'{"choices":[{"message":{"content":"yes"},"logprobs":{"content":[{"token":"yes",'
         b'"logprob":-0.1,"top_logprobs":[{"token":"yes","logprob":-0.1},'
@@ -220,10 +226,14 @@ async def test_garbled_numbers_never_escape_as_python_errors() -> None:
     metrics = Metrics()
     async with scripted(script) as server:
         judge = make_judge(server, metrics, price_input_per_1k=1.0)
-        clamped = await judge.judge(question("a"))
+        for corrupt in ("a", "a2"):
+            with pytest.raises(JudgeError, match="unreadable logprobs") as info:
+                await judge.judge(question(corrupt))
+            assert not info.value.retryable
+        certain = await judge.judge(question("a3"))
         counted = await judge.judge(question("b"))
         await judge.aclose()
-    assert clamped.p("yes") == pytest.approx(1 / (1 + math.exp(-2.0)))
+    assert certain.p("yes") == pytest.approx(1 / (1 + math.exp(-9.0)))
     assert counted.p("yes") == pytest.approx(math.exp(-0.1) / (math.exp(-0.1) + math.exp(-2.4)))
     assert counted.info.tokens_in == 0
     assert counted.info.tokens_out == 0

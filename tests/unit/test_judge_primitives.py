@@ -87,19 +87,30 @@ def test_unusual_numbers_are_clamped_or_ignored() -> None:
     def chat(top: list[dict[str, object]]) -> dict[str, object]:
         return {"choices": [{"logprobs": {"content": [{"token": "x", "top_logprobs": top}]}}]}
 
-    # A positive logprob is impossible (and math.exp overflows above ~709): clamped to 0.
-    assert first_token_distribution(chat([{"token": "yes", "logprob": 1000.0},
+    # A positive logprob is impossible (and math.exp overflows above ~709): the response is
+    # corrupt (the judge turns the ValueError into a non-retryable JudgeError).
+    with pytest.raises(ValueError, match="above 0"):
+        first_token_distribution(chat([{"token": "yes", "logprob": 1000.0},
+                                       {"token": "no", "logprob": -1.0}]))
+    with pytest.raises(ValueError, match="above 0"):
+        first_token_distribution(
+            {"choices": [{"logprobs": {"top_logprobs": [{"yes": 1e3, "no": -1.0}]}}]})
+    # Rounding noise just above 0 (or 1) is a certain token, clamped.
+    assert first_token_distribution(chat([{"token": "yes", "logprob": 1e-6},
                                           {"token": "no", "logprob": -1.0}])) == {
         "yes": 1.0, "no": pytest.approx(math.exp(-1.0))}
     assert first_token_distribution(
-        {"choices": [{"logprobs": {"top_logprobs": [{"yes": 1e3, "no": 10**400}]}}]}
-    ) == {"yes": 1.0}
-    # Probabilities are clamped to [0, 1]: two 1e308 entries no longer sum to inf (-> NaN).
+        {"choices": [{"logprobs": {"top_logprobs": [{"yes": 1e-6, "no": 10**400}]}}]}
+    ) == {"yes": 1.0}  # 10**400 is not a finite float: ignored
+    # Probabilities stay within [0, 1]: duplicates of a token sum to at most their count.
     dist = first_token_distribution({"completion_probabilities": [{"top_probs": [
-        {"token": "Yes", "prob": 1e308}, {"token": " yes", "prob": 1e308},
+        {"token": "Yes", "prob": 1.00001}, {"token": " yes", "prob": 1.0},
         {"token": "no", "prob": 0.1}]}]})
     assert option_probabilities(dist, ("yes", "no")) == {
         "yes": pytest.approx(2 / 2.1), "no": pytest.approx(0.1 / 2.1)}
+    with pytest.raises(ValueError, match="above 1"):
+        first_token_distribution({"completion_probabilities": [{"top_probs": [
+            {"token": "Yes", "prob": 1e308}, {"token": "no", "prob": 0.1}]}]})
     # Non-finite values are ignored (a logprob that is NaN falls back to its prob).
     dist = first_token_distribution(chat([
         {"token": "yes", "logprob": math.nan, "prob": 0.5}, {"token": "no", "logprob": math.inf},

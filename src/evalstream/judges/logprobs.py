@@ -81,17 +81,40 @@ def _as_float(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+#: Rounding can leave a certain token's logprob a hair above 0 (its probability above 1);
+#: more than this is a corrupt response.
+_LOGPROB_NOISE = 1e-4
+
+
 def _from_logprob(value: Any) -> float | None:
-    """A probability from a logprob, clamped to <= 0: a positive logprob is impossible, and
-    math.exp overflows above ~709."""
+    """A probability from a logprob (rounding noise above 0 clamped to 0).
+
+    Raises:
+        ValueError: a logprob clearly above 0, which no distribution has: the response is
+            corrupt, and reading it (clamped, say) would turn ``yes +50, no +49`` into a
+            confident-looking 50/50 that passes.
+    """
     logprob = _as_float(value)
-    return None if logprob is None else math.exp(min(logprob, 0.0))
+    if logprob is None:
+        return None
+    if logprob > _LOGPROB_NOISE:
+        raise ValueError(f"logprob {logprob:g} is above 0")
+    return math.exp(min(logprob, 0.0))
 
 
 def _from_prob(value: Any) -> float | None:
-    """A probability clamped to [0, 1] (so summed duplicates cannot reach inf, then NaN)."""
+    """A probability (rounding noise above 1 clamped to 1; negative ones ignored).
+
+    Raises:
+        ValueError: a probability clearly above 1: the response is corrupt (see
+            ``_from_logprob``).
+    """
     prob = _as_float(value)
-    return None if prob is None or prob < 0 else min(prob, 1.0)
+    if prob is None or prob < 0:
+        return None
+    if prob > 1.0 + _LOGPROB_NOISE:
+        raise ValueError(f"probability {prob:g} is above 1")
+    return min(prob, 1.0)
 
 
 def _from_entries(entries: Iterable[Any], token_keys: Sequence[str]) -> dict[str, float]:
