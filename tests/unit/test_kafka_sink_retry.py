@@ -47,10 +47,14 @@ async def test_a_short_outage_is_ridden_out_with_one_warning(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sink_module, "_RETRY_BACKOFF_S", 0.001)
     producer = _Producer(NodeNotReadyError(), failures=3)
-    with structlog.testing.capture_logs() as logs:
+    with structlog.testing.capture_logs() as logs, \
+            structlog.contextvars.bound_contextvars(topic="in", partition=2, offset=7):
         await _sink(producer).publish_result(RESULT)
     assert producer.sends == 4
     assert [e["event"] for e in logs] == ["publish_retrying", "publish_recovered"]
+    # The output topic under its own name: the bound input topic is not overwritten.
+    assert [e["output_topic"] for e in logs] == ["res", "res"]
+    assert all("topic" not in e for e in logs)
 
 
 async def test_permanent_errors_and_outages_past_the_budget_are_sink_errors(

@@ -141,12 +141,16 @@ class KafkaSink:
                     raise
                 if self._outage_since is None:  # one line per outage, not per record
                     self._outage_since = loop.time()
-                    log.warning("publish_retrying", topic=topic, error=type(exc).__name__)
+                    # ``output_topic``, not ``topic``: the log context already holds the
+                    # input message's topic, partition and offset.
+                    log.warning("publish_retrying", output_topic=topic,
+                                error=type(exc).__name__)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, _RETRY_BACKOFF_MAX_S)
                 continue
             if self._outage_since is not None:
-                log.info("publish_recovered", after_s=round(loop.time() - self._outage_since, 1))
+                log.info("publish_recovered", output_topic=topic,
+                         retried_for_s=round(loop.time() - self._outage_since, 1))
                 self._outage_since = None
             return
 
