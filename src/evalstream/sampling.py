@@ -11,8 +11,9 @@ real ids (hex trace ids, UUIDs, sequential ``evt-000123`` ids) is as even as sam
 It is not a defence against crafted keys; no sampling hash here is.
 
 With ``key: message_key`` the fraction is taken from the Kafka message key's bytes before
-the message is decoded (see ``fraction_of_bytes``); for a key that is the UTF-8 trace id it
-equals the fraction of the event's ``trace_id``, so both modes make the same decisions.
+the message is decoded (``fraction_of_bytes``; the worker's intake computes the same value
+inline as ``crc32(key, seed)``); for a key that is the UTF-8 trace id it equals the
+fraction of the event's ``trace_id``, so both modes make the same decisions.
 Events of keyless messages are sampled on their ``trace_id``.
 """
 

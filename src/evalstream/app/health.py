@@ -1,9 +1,10 @@
 """A tiny HTTP server for Kubernetes probes and Prometheus scrapes.
 
 ``/metrics`` (Prometheus text format), ``/healthz`` (the process is alive and its loop
-responds) and ``/readyz`` (connected to Kafka with partitions assigned). It runs on the
-worker's event loop with ``asyncio.start_server``: three GET endpoints do not justify a
-web framework dependency.
+responds) and ``/readyz`` (the broker answered the last connection check, see
+``watch_connection``, and partitions are assigned). It runs on the worker's event loop
+with ``asyncio.start_server``: three GET endpoints do not justify a web framework
+dependency.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
 from evalstream.sources.base import Source
 
-__all__ = ["HealthServer", "watch_lag", "watch_readiness"]
+__all__ = ["HealthServer", "watch_connection", "watch_lag", "watch_readiness"]
 
 log = get_logger(__name__)
 

@@ -1,10 +1,12 @@
 """One event through sampling, routing and the evaluators of its route(s).
 
 The pipeline is transport-free: the streaming worker and the offline ``evalstream eval``
-both drive it. The worker splits the work in two steps so it can bound concurrency per
-evaluation: :meth:`Pipeline.plan` (pure, synchronous: sampling and routing, skips counted)
-and :meth:`Pipeline.run` (one evaluator on one event, never raises for content).
-:meth:`Pipeline.evaluate` does both for callers that do not need the split.
+both drive it. The worker splits the work so it can bound concurrency per evaluation and
+count only durable results: :meth:`Pipeline.plan` (pure, synchronous: sampling and
+routing, skips counted), :meth:`Pipeline.run` (one evaluator on one event, never raises
+for content) and :meth:`Pipeline.record` (counts a result's outcome once the caller has
+made it durable).
+:meth:`Pipeline.evaluate` does all three for callers that do not need the split.
 """
 
 from __future__ import annotations
@@ -229,13 +231,11 @@ class Pipeline:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # an evaluator bug must not stop the worker
-            if self._log_content:  # opt-in only: traces hold user data
-                log.warning("evaluator_failed", route=bound.route, evaluator=bound.label,
-                            error_type=type(exc).__name__, error=str(exc),
-                            input=event.input, output=event.output)
-            else:
-                log.warning("evaluator_failed", route=bound.route, evaluator=bound.label,
-                            error_type=type(exc).__name__)
+            # The message and the trace only when opted in: either may hold user data.
+            content = ({"error": str(exc), "input": event.input, "output": event.output}
+                       if self._log_content else {})
+            log.warning("evaluator_failed", route=bound.route, evaluator=bound.label,
+                        error_type=type(exc).__name__, **content)
             return self.failed(event, planned, f"{type(exc).__name__}: {exc}")
         finally:
             bound.seconds(time.perf_counter() - started)
@@ -248,7 +248,11 @@ class Pipeline:
         return result
 
     async def evaluate(self, event: TraceEvent, *, topic: str) -> list[EvalResult]:
-        """Sample, route and run every evaluator the event gets, concurrently."""
+        """Sample, route and run every evaluator the event gets, concurrently.
+
+        The results' outcomes are counted as they are returned: there is no publish step
+        here for them to wait for.
+        """
         planned = self.plan(event, topic)
         if not planned:
             return []

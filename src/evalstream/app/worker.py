@@ -1,9 +1,12 @@
 """The streaming worker: consume, decode, sample, evaluate, publish, commit (DESIGN §1, §4).
 
-Lifecycle (``Worker.run``): connect the sink, then the source, then the HTTP server; run
-the consume loop, the commit loop and the observers until stopped; then stop in three
-steps: end intake, drain in-flight work up to ``worker.shutdown_timeout_s``, flush the
-producer and commit, and close everything in reverse order.
+Lifecycle (``Worker.run``): start the HTTP server (so /healthz answers while the broker is
+still being reached), then connect the sink, then the source; run the consume loop, the
+commit loop, the lag / connection / readiness watchers and the observers until stopped;
+then stop in three steps: end intake, drain in-flight work up to
+``worker.shutdown_timeout_s``, then finish within one shared budget (``_CLOSE_BUDGET_S``):
+the observers' last step, flush the producer, commit, and close everything in reverse
+start order.
 
 Delivery is at-least-once. A message's offset completes when every result of it (or its
 dead letter) has been acknowledged by the broker, or when it produced no work (skipped);
@@ -173,7 +176,8 @@ class Worker:
         return self._peak
 
     def is_ready(self) -> bool:
-        """Connected, partitions assigned, and not shutting down."""
+        """Started, the broker answered the source's last check, partitions assigned, and
+        not shutting down."""
         return (self._started and not self._stop.is_set() and self.source.connected
                 and bool(self.source.assignment()))
 
@@ -544,6 +548,8 @@ class Worker:
                 for task in pending:
                     task.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
+        # 3. Finish: every step from here on shares one budget (see ``_CLOSE_BUDGET_S``).
+        #    The observers take their last step (the drift monitor resolves its alerts).
         budget = _CloseBudget(_CLOSE_BUDGET_S)
         self._observers_stop.set()
         if observer_tasks:
@@ -553,7 +559,7 @@ class Worker:
                 log.warning("observer_final_step_timeout", timeout_s=round(wait_s, 1))
             for task in late:
                 task.cancel()
-        # 3. Flush the producer, then commit what is durable.
+        #    Flush the producer, then commit what is durable.
         if self._fatal is None:
             wait_s = budget.step()
             try:
@@ -576,6 +582,9 @@ class Worker:
         return 0 if self._fatal is None else 1
 
     async def _close(self, budget: _CloseBudget | None = None) -> None:
+        """Stop the source, the sink and the HTTP server (reverse start order), then release
+        the evaluators and the judges the worker built, each step within what is left of
+        ``budget`` (a fresh one when the worker never got going: nothing spent any)."""
         self._closing = True
         if budget is None:
             budget = _CloseBudget(_CLOSE_BUDGET_S)

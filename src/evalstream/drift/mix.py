@@ -270,6 +270,7 @@ class MixDetector:
             self.pending.append(("resolved", now, None))
 
     def threshold(self) -> float | None:
-        """The G value at which the test fires, for the current degrees of freedom."""
+        """The G value at which the test fires, for the current degrees of freedom (None
+        before the first test, or when a single label leaves none)."""
         last = self.last
         return chi2_isf(self.alpha, last.df) if last is not None and last.df else None

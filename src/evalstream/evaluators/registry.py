@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
@@ -93,6 +93,3 @@ def create(spec: EvaluatorSpec, judges: Mapping[str, Judge], *, where: str) -> E
             f"{', '.join(repr(t) for t in missing)}; configure an LLM judge under `judges:` "
             f"and set `judge: <its name>` on this evaluator")
     return evaluator
-
-
-Factory = Callable[[EvaluatorSpec, Mapping[str, Judge]], Evaluator[Any]]

@@ -83,10 +83,9 @@ class Resource:
     """What a resource contributes to each of its spans' events (resolved once: a resource
     value converted per event would cost its size times the number of events)."""
 
-    __slots__ = ("app", "attrs", "environment", "mapped", "session_id")
+    __slots__ = ("app", "environment", "mapped", "session_id")
 
     def __init__(self, attrs: Attrs, options: Options) -> None:
-        self.attrs = attrs
         self.app = attrs.first_text(options.app_keys) if options.app_keys else None
         if self.app is None:
             service = attrs.first_text(("service.name",))

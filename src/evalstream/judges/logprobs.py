@@ -140,6 +140,7 @@ def first_token_distribution(body: Any) -> dict[str, float]:
 
     Raises:
         MissingLogprobsError: the body is a valid response without any probability data.
+        ValueError: a logprob above 0 or a probability above 1 (a corrupt response).
     """
     if not isinstance(body, Mapping):
         raise MissingLogprobsError("response is not a JSON object")

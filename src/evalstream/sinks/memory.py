@@ -34,7 +34,6 @@ class MemorySink:
         self.alerts: list[tuple[str, Alert]] = []
         self.delay_s = delay_s
         self.fail = fail
-        self.started = False
 
     async def _ack(self) -> None:
         if self.delay_s:
@@ -43,8 +42,7 @@ class MemorySink:
             raise SinkError("memory sink set to fail")
 
     async def start(self) -> None:
-        """Mark started."""
-        self.started = True
+        """Nothing to connect."""
 
     async def publish_result(self, result: EvalResult) -> None:
         """Keep ``result``, once its JSON is built as the Kafka sink builds it (so a result
@@ -67,5 +65,4 @@ class MemorySink:
         """Nothing is buffered."""
 
     async def stop(self) -> None:
-        """Mark stopped."""
-        self.started = False
+        """Nothing to close."""

@@ -66,7 +66,6 @@ class KafkaSource:
         self._consumer: AIOKafkaConsumer | None = None
         self._connected = False
         self._reachable = True
-        self._paused = False
 
     @property
     def connected(self) -> bool:
@@ -79,7 +78,8 @@ class KafkaSource:
 
         aiokafka reconnects by itself and keeps the assignment while the broker is gone,
         so nothing else tells a worker that has lost its broker from an idle one. One small
-        request (not a metadata request: that lists every topic of the cluster).
+        request (not a metadata request: that lists every topic of the cluster); only that
+        an answer comes matters, not its value (see the module note on ``end_offsets``).
         """
         consumer = self._consumer
         if consumer is None:
@@ -169,13 +169,11 @@ class KafkaSource:
         """Pause fetching from every assigned partition."""
         if self._consumer is not None:
             self._consumer.pause(*self._consumer.assignment())
-            self._paused = True
 
     def resume(self) -> None:
         """Resume fetching from every assigned partition."""
         if self._consumer is not None:
             self._consumer.resume(*self._consumer.assignment())
-            self._paused = False
 
     async def commit(self, offsets: Mapping[TP, int]) -> None:
         """Commit the given next-offsets."""

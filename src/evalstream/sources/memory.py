@@ -46,11 +46,6 @@ class MemorySource:
         self._queues.setdefault(tp, []).append(record)
         self._positions.setdefault(tp, 0)
 
-    @property
-    def exhausted(self) -> bool:
-        """Whether every record has been handed out."""
-        return all(self._positions[tp] >= len(q) for tp, q in self._queues.items())
-
     async def start(self, handler: RebalanceHandler) -> None:
         """Assign every partition."""
         self._handler = handler

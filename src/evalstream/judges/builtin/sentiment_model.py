@@ -160,14 +160,6 @@ class SentimentModel:
                 acc[k] += w * value
         return acc
 
-    def predict(self, text: str, dense: Sequence[float]) -> dict[str, float]:
-        """A probability distribution over :attr:`labels` (softmax of :meth:`logits`)."""
-        logits = self.logits(text, dense)
-        top = max(logits)
-        exps = [math.exp(v - top) for v in logits]
-        total = sum(exps)
-        return {label: e / total for label, e in zip(self.labels, exps, strict=True)}
-
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> SentimentModel:
         """Build a model from the shipped JSON document (see ``tools/train_sentiment.py``).
