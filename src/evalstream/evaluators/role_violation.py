@@ -211,8 +211,11 @@ class RoleViolation(Evaluator[RoleViolationParams]):
             data.append(("role", spec))  # derived from a trace's prompt: data
         output = clip(require(event.output, "no_output"), self.params.max_chars)
         data.append(("output", output))
+        # The trace's own system prompt goes to non-LLM judges only (hints are not rendered
+        # into an LLM prompt): the builtin judge needs it to see the prompt leaked verbatim.
+        hints = {"role": role, "behaviours": behaviours, "system_prompt": event.system_prompt}
         return JudgeRequest(task="role_violation", instructions=instructions, question=QUESTION,
-                            data=tuple(data), hints={"role": role, "behaviours": behaviours})
+                            data=tuple(data), hints=hints)
 
     async def _sections(self, request: JudgeRequest) -> tuple[list[dict[str, Any]],
                                                                Generation | None]:

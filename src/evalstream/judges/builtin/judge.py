@@ -96,7 +96,7 @@ def _behaviours(request: JudgeRequest) -> tuple[str, ...]:
 
 
 def _role_violation(request: JudgeRequest) -> tuple[dict[str, float], str]:
-    system_prompt = request.field("system_prompt")
+    system_prompt = request.field("system_prompt") or _hint_str(request, "system_prompt")
     role = _hint_str(request, "role") or system_prompt
     if role is None and _behaviours(request):
         role = ""  # configured behaviour rules alone drive the check
