@@ -203,18 +203,20 @@ class EvalResult(BaseModel):
     evaluated_at: datetime = Field(default_factory=utcnow)
 
 
-def result_id(event_id: str, evaluator: str, evaluator_config: Any) -> str:
-    """The id of a result: the same event scored by the same evaluator config gets the same id."""
-    return stable_hash(event_id, evaluator, evaluator_config)
+def result_id(event_id: str, route: str, evaluator: str, evaluator_config: Any) -> str:
+    """The id of a result: the same event scored on the same route by the same evaluator
+    config gets the same id. The route is part of it: with ``routing: all`` two routes may
+    run the same evaluator config on one event, and their results are not duplicates."""
+    return stable_hash(event_id, route, evaluator, evaluator_config)
 
 
-def result_ids(evaluator: str, evaluator_config: Any) -> Callable[[str], str]:
-    """``result_id`` for one evaluator config, with the config serialised once (hot path).
+def result_ids(route: str, evaluator: str, evaluator_config: Any) -> Callable[[str], str]:
+    """``result_id`` for one route's evaluator config, serialised once (hot path).
 
-    ``stable_hash`` hashes the compact JSON array ``[event_id, evaluator, config]``; only
-    the event id changes from result to result, so the rest is written once here.
+    ``stable_hash`` hashes the compact JSON array ``[event_id, route, evaluator, config]``;
+    only the event id changes from result to result, so the rest is written once here.
     """
-    tail = b"," + orjson.dumps([evaluator, evaluator_config], option=_HASH_OPTIONS)[1:]
+    tail = b"," + orjson.dumps([route, evaluator, evaluator_config], option=_HASH_OPTIONS)[1:]
 
     def result_id_of(event_id: str) -> str:
         payload = b"[" + orjson.dumps(event_id) + tail

@@ -32,7 +32,8 @@ async def test_a_passing_result_carries_the_contract_fields() -> None:
     pipeline, registry = make()
     (result,) = await pipeline.evaluate(ev(3, app="bot", session_id="s"), topic="traces")
     spec = pipeline.settings.routes[0].evaluators[0]
-    assert result.result_id == result_id("e3", "unit_scripted", spec.model_dump(mode="json"))
+    assert result.result_id == result_id("e3", "main", "unit_scripted",
+                                         spec.model_dump(mode="json"))
     assert (result.event_id, result.trace_id, result.app, result.session_id) == (
         "e3", "t3", "bot", "s")
     assert (result.route, result.evaluator, result.status) == ("main", "unit_scripted", "ok")
@@ -117,6 +118,9 @@ async def test_all_routing_runs_every_matching_route() -> None:
     results = await every.evaluate(ev(output="the bill"), topic="traces")
     assert sorted((r.route, r.evaluator) for r in results) == [
         ("a", "unit_scripted"), ("b", "unit_labels"), ("b", "unit_scripted")]
+    # Routes a and b run the same evaluator config on this event: two results, not one
+    # result delivered twice, so their ids differ (consumers de-duplicate on the id).
+    assert len({r.result_id for r in results}) == 3
     assert count(registry, "evalstream_labels_total", route="b", evaluator="unit_labels",
                  label="billing") == 1
     await every.evaluate(ev(2, output="x"), topic="traces")
@@ -150,10 +154,11 @@ def test_may_sample_uses_the_highest_route_rate() -> None:
     {},
 ])
 def test_the_precomputed_result_id_equals_result_id(config: dict[str, object]) -> None:
-    of = result_ids("lab", config)
+    of = result_ids("route", "lab", config)
     for event_id in ("e1", "evt-\u00e9\"quoted\"\n", ""):
-        assert of(event_id) == result_id(event_id, "lab", config)
-    assert of("e1") != result_ids("other", config)("e1")
+        assert of(event_id) == result_id(event_id, "route", "lab", config)
+    assert of("e1") != result_ids("route", "other", config)("e1")
+    assert of("e1") != result_ids("other", "lab", config)("e1")
 
 
 async def test_end_to_end_lag_is_measured_from_the_event_time() -> None:

@@ -367,6 +367,6 @@ def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],
         score_hist=metrics.scores.labels(route, label).observe,
         seconds=metrics.evaluation_seconds.labels(label).observe,
         is_label=type(evaluator).is_label_evaluator,
-        # The evaluator config goes into every result's id.
-        result_id=result_ids(label, spec.model_dump(mode="json")),
+        # The route and the evaluator config go into every result's id.
+        result_id=result_ids(route, label, spec.model_dump(mode="json")),
     )
