@@ -172,6 +172,13 @@ class Settings(BaseSettings):
         topics = [i.topic for i in self.inputs]
         if len(set(topics)) != len(topics):
             raise ValueError(f"inputs: topic listed twice: {topics}")
+        for ri, route in enumerate(self.routes):
+            # A topic no input consumes can never match: a typo would silently leave the
+            # route without traffic.
+            unknown = sorted(set(route.match.topic or ()) - set(topics)) if topics else []
+            if unknown:
+                raise ValueError(f"routes[{ri}] ({route.name}).match.topic: {unknown} "
+                                 f"is not an input topic (inputs: {topics})")
         return self
 
 
