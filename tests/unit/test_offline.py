@@ -18,7 +18,7 @@ from evalstream.app.offline_report import (
     expected_calibration_error,
     macro_f1,
 )
-from evalstream.config import EvaluatorSpec, Route, Settings
+from evalstream.config import EvaluatorSpec, InputTopic, Route, Settings
 from evalstream.errors import ConfigError
 from evalstream.events import EvalResult, load_json
 from tests.support.scripted_judge import ScriptedJudge
@@ -61,9 +61,30 @@ def test_read_items_maps_evaldata_and_trace_events(tmp_path: Path) -> None:
 
 def test_read_items_names_bad_line(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
-    path.write_text('{"event_id": "ok"}\n\n{"nope": 1}\n', encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"bad\.jsonl:3: not a TraceEvent"):
+    path.write_text('{"event_id": "ok", "output": "hi"}\n\n{"nope": 1}\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"bad\.jsonl:3: not a trace event.*missing_output"):
         list(offline.read_items([path]))
+
+
+def test_trace_lines_decode_as_the_worker_decodes_the_routed_input(tmp_path: Path) -> None:
+    # An export of the input topic, in the config's own mapping: was "not a TraceEvent".
+    path = tmp_path / "export.jsonl"
+    path.write_text(
+        '{"request": {"messages": [{"role": "user", "content": "Where is my order?"}]}, '
+        '"response": {"text": "It ships today."}}\n'
+        '{"messages": [{"role": "user", "content": "hi"}, '
+        '{"role": "assistant", "content": "hello"}]}\n', encoding="utf-8")
+    mapped = InputTopic(topic="llm.traces", mapping={
+        "messages": "request.messages", "output": "response.text"})
+    [event] = [i.event for i in offline.read_items([path], [], mapped)]
+    assert (event.input, event.output) == ("Where is my order?", "It ships today.")
+    assert event.event_id  # derived from (file, line), as from a message's position
+    # Without a config: a flat event, with input and output taken from messages as the
+    # worker's flat_json does (input was left empty, so input evaluators skipped it).
+    bad: list[str] = []
+    [plain] = [i.event for i in offline.read_items([path], bad)]
+    assert (plain.input, plain.output) == ("hi", "hello")
+    assert len(bad) == 1  # the first line has no top-level output without the mapping
 
 
 def test_default_settings_route_by_dataset() -> None:
@@ -224,7 +245,7 @@ def test_read_items_skips_and_records_bad_lines(tmp_path: Path) -> None:
     assert "turns[0] must be a {role, content} object, not str" in bad[0]
     assert "turns must be a list" in bad[1]
     assert "not UTF-8" in bad[2]
-    assert "not a TraceEvent or evaldata item: not valid JSON (" in bad[3]
+    assert "not a trace event or evaldata item: not valid JSON (" in bad[3]
     with pytest.raises(ConfigError, match=r"mixed\.jsonl:2: .*turns\[0\]"):
         list(offline.read_items([path]))
 
@@ -241,7 +262,7 @@ def test_main_skips_bad_lines_reports_them_and_scores_the_rest(
     assert offline.main(_args(tmp_path, "mixed.jsonl")) == 0
     captured = capsys.readouterr()
     assert captured.err.count("skipped ") == 4
-    assert "mixed.jsonl:4: not a TraceEvent or evaldata item: not UTF-8" in captured.err
+    assert "mixed.jsonl:4: not a trace event or evaldata item: not UTF-8" in captured.err
     assert "2 items, 0 without results, 4 bad input lines skipped" in captured.out
     assert len((tmp_path / "out.jsonl").read_bytes().splitlines()) == 2
 

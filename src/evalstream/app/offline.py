@@ -1,18 +1,22 @@
 """``evalstream eval``: score JSONL files offline with the same routes and judges as the worker.
 
-Input lines are either flat ``TraceEvent`` objects or labelled evaluation items in the
-``evaldata`` schema (``{id, evaluator, input, output, criteria, role, turns, label, source}``).
+Input lines are either trace events or labelled evaluation items in the ``evaldata``
+schema (``{id, evaluator, input, output, criteria, role, turns, label, source}``).
 An item becomes a TraceEvent whose ``app`` is the item's evaluator, so routes can pick items by
 ``match.app``; ``role`` becomes the system prompt, ``turns`` the earlier messages and
 ``criteria`` the ``criteria`` attribute. Without ``--config``, a default configuration
-routes each item to its own evaluator with the builtin judge.
+routes each item to its own evaluator with the builtin judge. A trace-event line is decoded
+as the worker decodes a message of the routed input (``--topic``, else the config's first
+input): its format (``flat_json`` or one ``otlp_json`` batch per line) and field mapping,
+so an export of the input topic scores as the worker would score it. Without ``--config``
+it is a flat TraceEvent, normalised as ``flat_json`` does.
 
 Every event goes through ``Pipeline.evaluate`` (sampling, routing, evaluators), results go to
 ``--output`` as JSONL, and a summary per (route, evaluator) is printed: pass rate with a 95%
 Wilson interval, mean score and, where items carry gold labels, accuracy, macro-F1, Brier
 score and expected calibration error.
 
-Bad input lines (not JSON, not UTF-8, not a TraceEvent or evaldata item) are reported as
+Bad input lines (not JSON, not UTF-8, not a trace event or evaldata item) are reported as
 ``file:line: reason``, skipped and counted in the summary, like a dead letter in the worker:
 one broken line in an export must not throw away the rest of a long run. The exit code is 2
 when nothing could be read (or, with ``--strict``, when any line is bad), else 0.
@@ -38,9 +42,17 @@ from rich.table import Table
 
 from evalstream.app.offline_report import Summary
 from evalstream.app.pipeline import Pipeline
-from evalstream.config import EvaluatorSpec, MatchRule, Route, Settings, load_settings
-from evalstream.errors import ConfigError, EvalstreamError
-from evalstream.events import EvalResult, Message, TraceEvent, dump_json, load_json
+from evalstream.config import (
+    EvaluatorSpec,
+    InputTopic,
+    MatchRule,
+    Route,
+    Settings,
+    load_settings,
+)
+from evalstream.errors import ConfigError, DecodeError, EvalstreamError
+from evalstream.events import EvalResult, Message, RawRecord, TraceEvent, dump_json, load_json
+from evalstream.formats import Decoder, decoder_for
 from evalstream.judges.base import Judge
 from evalstream.judges.registry import build_judges, close_judges
 from evalstream.metrics import Metrics
@@ -48,7 +60,7 @@ from evalstream.metrics import Metrics
 __all__ = ["Item", "add_arguments", "default_settings", "main", "read_items", "run"]
 
 EPILOG = (
-    "Bad input lines (not UTF-8, not JSON, not a TraceEvent or evaldata item) are reported "
+    "Bad input lines (not UTF-8, not JSON, not a trace event or evaldata item) are reported "
     "as FILE:LINE: reason, skipped and counted in the summary. Exit codes: 0 when the items "
     "that could be read were scored; 2 on a configuration error, when no line could be read, "
     "or with --strict when any line is bad."
@@ -149,8 +161,19 @@ def _from_evaldata(obj: dict[str, Any]) -> Item:
     return Item(event, gold, str(obj["evaluator"]))
 
 
-def _item(raw: bytes) -> Item:
-    """One line's item; raises ``ValueError`` (or a subclass) saying what is wrong."""
+#: What a line that is not an evaldata item is decoded as without ``--config`` (or when
+#: the routed input's format is not JSON lines): a flat TraceEvent, normalised as the
+#: worker's ``flat_json`` does (``input`` from ``messages``, ids, attributes).
+_PLAIN = InputTopic(topic="eval")
+
+
+def _items(raw: bytes, record: RawRecord, decoder: Decoder) -> list[Item]:
+    """One line's items; raises ``ValueError`` (or a subclass) saying what is wrong.
+
+    An evaldata item is one item; anything else is decoded as the worker decodes a message
+    of the routed input (``decoder``), which may yield several events (an OTLP JSON batch)
+    or none (spans the decoder skips).
+    """
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -162,23 +185,34 @@ def _item(raw: bytes) -> Item:
     if not isinstance(obj, dict):
         raise ValueError("not a JSON object")
     if obj.keys() >= _EVALDATA_KEYS:
-        return _from_evaldata(obj)
-    return Item(TraceEvent.model_validate(obj))
+        return [_from_evaldata(obj)]
+    try:
+        decoded = decoder(record)
+    except DecodeError as exc:
+        raise ValueError(f"{exc.reason}: {exc}") from None
+    return [Item(event) for event in decoded.events]
 
 
-def read_items(paths: Sequence[Path], bad_lines: list[str] | None = None) -> Iterator[Item]:
-    """Items from JSONL files: evaldata items or flat TraceEvents, line by line.
+def read_items(paths: Sequence[Path], bad_lines: list[str] | None = None,
+               topic: InputTopic | None = None) -> Iterator[Item]:
+    """Items from JSONL files: evaldata items or trace events, line by line.
 
     Args:
         paths: The files.
         bad_lines: When given, a bad line is recorded here as ``"file:line: reason"`` and
             skipped; when omitted, it raises.
+        topic: The input whose decoder (format and field mapping) reads lines that are not
+            evaldata items, as the worker would; flat TraceEvents when None or when its
+            format is not JSON (``otlp_proto``).
 
     Raises:
         ConfigError: a file cannot be opened, or (without ``bad_lines``) a line is neither
             kind of item (the message names the file and line).
     """
-    for path in paths:
+    if topic is None or topic.format == "otlp_proto":
+        topic = _PLAIN
+    decoder = decoder_for(topic)
+    for index, path in enumerate(paths):
         try:
             # Bytes, decoded line by line: one non-UTF-8 line must not end the file's reading.
             handle = path.open("rb")
@@ -188,16 +222,19 @@ def read_items(paths: Sequence[Path], bad_lines: list[str] | None = None) -> Ite
             for number, raw in enumerate(handle, 1):
                 if not raw.strip():
                     continue
+                # (file, line) stand for (partition, offset): an event without an id gets
+                # one derived from them, as a Kafka message's from its position.
+                record = RawRecord(topic.topic, index, number, raw.strip())
                 try:
-                    item = _item(raw)
+                    items = _items(raw, record, decoder)
                 except (ValueError, KeyError, TypeError, AttributeError, ValidationError) as exc:
                     detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                    problem = f"{path}:{number}: not a TraceEvent or evaldata item: {detail}"
+                    problem = f"{path}:{number}: not a trace event or evaldata item: {detail}"
                     if bad_lines is None:
                         raise ConfigError(problem) from None
                     bad_lines.append(problem)
                     continue
-                yield item
+                yield from items
 
 
 def default_settings(datasets: Sequence[str]) -> Settings:
@@ -279,12 +316,15 @@ async def run(settings: Settings, items: Sequence[Item], *, topic: str, concurre
     return summary
 
 
-def _table(summary: Summary) -> Table:
+def _headline(summary: Summary) -> str:
     why = ", ".join(f"{reason}: {n}" for reason, n in sorted(summary.skipped.items()))
-    table = Table(title=f"evalstream eval: {summary.items} items, "
-                        f"{summary.without_results} without results"
-                        f"{f' ({why})' if why and summary.without_results else ''}, "
-                        f"{summary.bad_lines} bad input lines skipped")
+    return (f"evalstream eval: {summary.items} items, {summary.without_results} without "
+            f"results{f' ({why})' if why and summary.without_results else ''}, "
+            f"{summary.bad_lines} bad input lines skipped")
+
+
+def _table(summary: Summary) -> Table:
+    table = Table()
     rows = summary.rows()
     for column in rows[0] if rows else ["(no results)"]:
         table.add_column(column, justify="left" if column in ("route", "evaluator") else "right")
@@ -303,7 +343,11 @@ def main(args: argparse.Namespace) -> int:
     strict = bool(getattr(args, "strict", False))
     bad_lines: list[str] = []
     try:
-        items = list(read_items(_paths(args.input), None if strict else bad_lines))
+        config = load_settings(args.config) if args.config is not None else None
+        routed = getattr(args, "topic", None)
+        inputs = {t.topic: t for t in config.inputs} if config is not None else {}
+        source = inputs.get(routed) if routed else next(iter(inputs.values()), None)
+        items = list(read_items(_paths(args.input), None if strict else bad_lines, source))
         for problem in bad_lines[:SHOWN_BAD_LINES]:
             # Escaped: "turns[0]" in a reason is text, not rich markup.
             console.print(f"[yellow]skipped[/yellow] {escape(problem)}", highlight=False,
@@ -314,8 +358,8 @@ def main(args: argparse.Namespace) -> int:
         if not items:
             raise ConfigError(f"no item could be read from --input ({len(bad_lines)} bad "
                               "lines)" if bad_lines else "--input holds no items")
-        if args.config is not None:
-            settings = load_settings(args.config)
+        if config is not None:
+            settings = config
         else:
             settings = default_settings([i.dataset for i in items if i.dataset])
         if getattr(args, "judge", None):
@@ -335,7 +379,11 @@ def main(args: argparse.Namespace) -> int:
     except (EvalstreamError, OSError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
-    Console(width=200).print(_table(summary))
+    # A line of its own: as the table's title it wrapped to the table's width, word by
+    # word when there is one narrow column (no results).
+    out = Console(width=200)
+    out.print(_headline(summary), highlight=False)
+    out.print(_table(summary))
     if getattr(args, "markdown", None):
         args.markdown.write_text(summary.markdown(), encoding="utf-8")
     return 0
