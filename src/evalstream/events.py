@@ -184,6 +184,8 @@ class EvalResult(BaseModel):
     span_id: str = ""
     session_id: str | None = None
     app: str | None = None
+    #: The event attributes named in ``results.attributes`` (empty unless configured).
+    attributes: dict[str, str] = Field(default_factory=dict)
     route: str
     evaluator: str
     score: float | None = Field(default=None, ge=0.0, le=1.0)

@@ -41,6 +41,7 @@ def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.Monk
          "routes.0.sample_rate"),
         ("kafka: [unclosed\n", "not valid YAML at line 2"),
         ("- just\n- a list\n", "top level must be a mapping"),
+        ("results:\n  attributes: [model, model]\n", "results.attributes"),
         # A topic no input consumes: the route would silently never match.
         ("inputs: [{topic: llm.traces}]\nroutes: [{name: a, match: {topic: [llm.trace]}, "
          "evaluators: [{evaluator: refusal}]}]\n",

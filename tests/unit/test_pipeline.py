@@ -43,6 +43,19 @@ async def test_a_passing_result_carries_the_contract_fields() -> None:
                  evaluator="unit_scripted", outcome="passed") == 1
 
 
+async def test_results_carry_the_configured_event_attributes_only() -> None:
+    attrs = {"model": "gpt-4o", "environment": "prod", "user_id": "u-42"}
+    plain, _ = make()
+    (result,) = await plain.evaluate(ev(attributes=attrs), topic="traces")
+    assert result.attributes == {}  # opt-in: attribute values can be user data
+    sliced, _ = make(results={"attributes": ["model", "environment", "tenant"]})
+    (result,) = await sliced.evaluate(ev(attributes=attrs), topic="traces")
+    assert result.attributes == {"model": "gpt-4o", "environment": "prod"}
+    (failed,) = await sliced.evaluate(ev(output="boom", attributes=attrs), topic="traces")
+    assert failed.status == "error"
+    assert failed.attributes == {"model": "gpt-4o", "environment": "prod"}
+
+
 async def test_same_event_and_config_give_the_same_result_id() -> None:
     a, _ = make()
     b, _ = make()

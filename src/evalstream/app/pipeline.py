@@ -137,6 +137,7 @@ class Pipeline:
         self._skip_no_route = metrics.events_skipped.labels("no_route").inc
         self._lag = metrics.end_to_end_lag.observe
         self._skip_counters: dict[str, Any] = {}
+        self._result_attributes = tuple(settings.results.attributes)
         self._log_content = settings.logging.log_content
 
     def _build_route(self, ri: int, route: Route, judges: Mapping[str, Judge],
@@ -284,10 +285,10 @@ class Pipeline:
                     self.metrics.events_skipped.labels(reason)
         counter.inc()
 
-    @staticmethod
-    def _envelope(event: TraceEvent, planned: Planned) -> dict[str, Any]:
+    def _envelope(self, event: TraceEvent, planned: Planned) -> dict[str, Any]:
         """The fields every result of ``planned`` on ``event`` carries, ok or error."""
         bound = planned.bound
+        names, attributes = self._result_attributes, event.attributes
         return {
             "result_id": bound.result_id(event.event_id),
             "event_id": event.event_id,
@@ -295,6 +296,7 @@ class Pipeline:
             "span_id": event.span_id,
             "session_id": event.session_id,
             "app": event.app,
+            "attributes": {n: attributes[n] for n in names if n in attributes} if names else {},
             "route": bound.route,
             "evaluator": bound.label,
             "sample_rate": planned.sample_rate,

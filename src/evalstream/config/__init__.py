@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -47,6 +55,7 @@ __all__ = [
     "LoggingSettings",
     "MatchRule",
     "OpenAIJudgeConfig",
+    "ResultSettings",
     "Route",
     "SamplingSettings",
     "ServerSettings",
@@ -80,6 +89,22 @@ class WorkerSettings(_Section):
     routing: Literal["first", "all"] = "first"
     #: Messages with a larger value are dead-lettered (reason ``too_large``) undecoded.
     max_message_bytes: int = Field(default=1_048_576, ge=1)
+
+
+class ResultSettings(_Section):
+    """What every result carries beyond the score."""
+
+    #: Event attributes copied into each result's ``attributes`` (e.g. ``model``,
+    #: ``environment``, ``user_tier``), so results can be sliced by them downstream.
+    #: Opt-in, by name: attribute values can be user data. Never metric labels (unbounded).
+    attributes: list[str] = Field(default_factory=list, max_length=32)
+
+    @field_validator("attributes")
+    @classmethod
+    def _names(cls, names: list[str]) -> list[str]:
+        if any(not n.strip() for n in names) or len(set(names)) != len(names):
+            raise ValueError("attribute names must be non-empty and listed once")
+        return names
 
 
 class ServerSettings(_Section):
@@ -124,6 +149,7 @@ class Settings(BaseSettings):
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
     drift: DriftSettings = Field(default_factory=DriftSettings)
+    results: ResultSettings = Field(default_factory=ResultSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     #: Python modules imported at start-up, before evaluators are built, so that they can
     #: register user-defined evaluators (``@evalstream.evaluators.register``).
