@@ -33,7 +33,7 @@ async def test_a_passing_result_carries_the_contract_fields() -> None:
     (result,) = await pipeline.evaluate(ev(3, app="bot", session_id="s"), topic="traces")
     spec = pipeline.settings.routes[0].evaluators[0]
     assert result.result_id == result_id("e3", "main", "unit_scripted",
-                                         spec.model_dump(mode="json"))
+                                         spec.model_dump(mode="json", exclude={"sample_rate"}))
     assert (result.event_id, result.trace_id, result.app, result.session_id) == (
         "e3", "t3", "bot", "s")
     assert (result.route, result.evaluator, result.status) == ("main", "unit_scripted", "ok")
@@ -54,6 +54,39 @@ async def test_results_carry_the_configured_event_attributes_only() -> None:
     (failed,) = await sliced.evaluate(ev(output="boom", attributes=attrs), topic="traces")
     assert failed.status == "error"
     assert failed.attributes == {"model": "gpt-4o", "environment": "prod"}
+
+
+async def test_an_evaluator_rate_scores_a_nested_subset_of_its_route() -> None:
+    # One route, a cheap evaluator on every sampled event and an expensive one on a tenth
+    # of them: no second route needed, and the tenth is a subset of what the first scores.
+    pipeline, registry = make(sampling={"rate": 0.5}, routes=[{"name": "main", "evaluators": [
+        {"evaluator": "unit_scripted", "name": "cheap"},
+        {"evaluator": "unit_scripted", "name": "costly", "sample_rate": 0.1}]}])
+    scored: dict[str, set[str]] = {"cheap": set(), "costly": set()}
+    rates: dict[str, set[float]] = {"cheap": set(), "costly": set()}
+    for i in range(4000):
+        for r in await pipeline.evaluate(ev(i), topic="traces"):
+            scored[r.evaluator].add(r.event_id)
+            rates[r.evaluator].add(r.sample_rate)
+    assert scored["costly"] <= scored["cheap"]
+    assert abs(len(scored["cheap"]) / 4000 - 0.5) < 0.04  # fixed ids: deterministic
+    assert abs(len(scored["costly"]) / 4000 - 0.05) < 0.015
+    assert rates == {"cheap": {0.5}, "costly": {0.05}}  # weights use the effective rate
+    # The route counts its sampled events once, whatever its evaluators' rates.
+    assert count(registry, "evalstream_events_sampled_total", route="main") == len(
+        scored["cheap"])
+
+
+async def test_an_evaluator_rate_change_keeps_result_ids() -> None:
+    full, _ = make()
+    tenth, _ = make(routes=[{"name": "main", "evaluators": [
+        {"evaluator": "unit_scripted", "sample_rate": 0.1}]}])
+    kept = 0
+    while not await tenth.evaluate(ev(kept), topic="traces"):
+        kept += 1
+    (a,) = await full.evaluate(ev(kept), topic="traces")
+    (b,) = await tenth.evaluate(ev(kept), topic="traces")
+    assert a.result_id == b.result_id
 
 
 async def test_same_event_and_config_give_the_same_result_id() -> None:

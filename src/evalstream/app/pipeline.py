@@ -86,8 +86,11 @@ class _RouteRuntime:
     sampled: Any
     #: The route's effective rate (global x route; both fixed by the settings).
     rate: float
-    #: Its evaluations as planned, built once: plans share them (they are immutable).
+    #: Its evaluations as planned, built once: plans share them (they are immutable). Each
+    #: carries its evaluator's effective rate (global x route x evaluator).
     planned: tuple[Planned, ...]
+    #: Every evaluator at the route's own rate (the common case): no per-evaluator test.
+    uniform: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,9 +151,11 @@ class Pipeline:
             evaluator = registry.create(spec, judges, where=where)
             bound.append(_bind(route.name, spec, evaluator, metrics))
         rate = self._sampler.rate_for(route.sample_rate)
+        planned = tuple(Planned(b, rate * spec.sample_rate)
+                        for b, spec in zip(bound, route.evaluators, strict=True))
         return _RouteRuntime(route, tuple(bound),
-                             metrics.events_sampled.labels(route.name).inc,
-                             rate, tuple(Planned(b, rate) for b in bound))
+                             metrics.events_sampled.labels(route.name).inc, rate, planned,
+                             all(spec.sample_rate == 1.0 for spec in route.evaluators))
 
     @property
     def evaluators(self) -> list[Evaluator[Any]]:
@@ -204,7 +209,10 @@ class Pipeline:
             runtime = self._routes[index]
             if fraction < runtime.rate:
                 runtime.sampled(1)
-                planned.extend(runtime.planned)
+                if runtime.uniform:
+                    planned.extend(runtime.planned)
+                else:  # the same position on the same hash: evaluator rates nest too
+                    planned.extend(p for p in runtime.planned if fraction < p.sample_rate)
         if not planned:
             self._skip_sampling(1)
         return planned
@@ -369,6 +377,8 @@ def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],
         score_hist=metrics.scores.labels(route, label).observe,
         seconds=metrics.evaluation_seconds.labels(label).observe,
         is_label=type(evaluator).is_label_evaluator,
-        # The route and the evaluator config go into every result's id.
-        result_id=result_ids(route, label, spec.model_dump(mode="json")),
+        # The route and the evaluator config go into every result's id; not its sample
+        # rate, so an event scored before and after a rate change keeps its result's id.
+        result_id=result_ids(route, label, spec.model_dump(mode="json",
+                                                           exclude={"sample_rate"})),
     )

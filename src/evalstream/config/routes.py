@@ -33,6 +33,10 @@ class EvaluatorSpec(_Section):
     name: str | None = None
     judge: str = "builtin"
     reasons: Literal["never", "failures", "always"] = "never"
+    #: Share of the route's sampled events this evaluator scores (nested: a lower rate scores
+    #: a subset of what a higher one does), e.g. an expensive LLM check at 0.1 beside cheap
+    #: builtin ones at 1.0 on the same route. Effective rate: global x route x this.
+    sample_rate: float = Field(default=1.0, gt=0.0, le=1.0)
     params: dict[str, Any] = Field(default_factory=dict)
 
     @property
