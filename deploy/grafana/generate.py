@@ -161,9 +161,13 @@ def build() -> dict[str, object]:
            f"(rate(evalstream_judge_latency_seconds_bucket[{RATE}])))", "p95 {{judge}}", "B"),
         width=8))
     board = board.with_panel(_ts(
-        "Judge cost (USD per hour)", "Estimated spend from token counts.", "currencyUSD",
+        "Judge cost (USD per hour)",
+        "Estimated spend from token counts: by judge, and by route/evaluator (which check "
+        "costs what).", "currencyUSD",
         _q(f"sum by (judge) (rate(evalstream_judge_cost_usd_total[{RATE}])) * 3600",
-           "{{judge}}"), width=8))
+           "{{judge}}", "A"),
+        _q(f"sum by (route, evaluator) (rate(evalstream_evaluation_cost_usd_total[{RATE}]))"
+           f" * 3600", "{{route}}/{{evaluator}}", "B"), width=8))
     board = board.with_panel(_ts(
         "Judge requests by outcome",
         "Finished calls: ok, error (not retryable, or retries exhausted), deadline (no "

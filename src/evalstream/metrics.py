@@ -83,6 +83,11 @@ class Metrics:
         self.labels = Counter(
             "evalstream_labels_total", "Labels assigned by label evaluators (topic, sentiment).",
             ["route", "evaluator", "label"], registry=r)
+        self.evaluation_cost = Counter(
+            "evalstream_evaluation_cost_usd_total",
+            "Estimated judge spend of published results in USD, by route and evaluator "
+            "(which check costs what; evalstream_judge_cost_usd_total is by judge).",
+            ["route", "evaluator"], registry=r)
         self.scores = Histogram(
             "evalstream_score", "Scores (probability of the good outcome).",
             ["route", "evaluator"], buckets=_SCORE_BUCKETS, registry=r)

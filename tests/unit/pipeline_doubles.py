@@ -15,7 +15,7 @@ from evalstream.config import Settings, load_settings
 from evalstream.errors import JudgeError, SkipEvaluation
 from evalstream.evaluators import register
 from evalstream.evaluators.base import Evaluator, EvaluatorParams, Score
-from evalstream.events import RawRecord, TraceEvent, dump_json
+from evalstream.events import JudgeInfo, RawRecord, TraceEvent, dump_json
 from evalstream.judges.base import GenerateRequest, Generation, Judge, Judgement, JudgeRequest
 
 
@@ -55,6 +55,9 @@ class Scripted(Evaluator[EvaluatorParams]):
             return Score(score=2.0, label="x", passed=True)
         elif output == "opaque":
             return Score(score=0.9, label="good", passed=True, details={"obj": object()})
+        elif output == "costly":
+            return Score(score=0.9, label="good", passed=True,
+                         judge=JudgeInfo(backend="openai", model="m", cost_usd=0.002))
         elif output == "fail":
             return Score(score=0.2, label="bad", passed=False, threshold=0.5)
         return Score(score=0.9, label="good", passed=True, threshold=0.5,

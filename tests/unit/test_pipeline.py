@@ -89,6 +89,15 @@ async def test_an_evaluator_rate_change_keeps_result_ids() -> None:
     assert a.result_id == b.result_id
 
 
+async def test_judge_spend_is_counted_per_route_and_evaluator() -> None:
+    pipeline, registry = make()
+    for i in range(3):
+        await pipeline.evaluate(ev(i, output="costly"), topic="traces")
+    await pipeline.evaluate(ev(9), topic="traces")  # free (no judge info)
+    assert count(registry, "evalstream_evaluation_cost_usd_total", route="main",
+                 evaluator="unit_scripted") == pytest.approx(0.006)
+
+
 async def test_same_event_and_config_give_the_same_result_id() -> None:
     a, _ = make()
     b, _ = make()

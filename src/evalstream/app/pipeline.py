@@ -72,6 +72,8 @@ class _Bound:
     weighted: dict[str, Callable[[float], None]]
     #: ``observe`` of the score and duration histogram children.
     score_hist: Callable[[float], None]
+    #: ``inc`` of the route/evaluator spend counter child.
+    cost: Callable[[float], None]
     seconds: Callable[[float], None]
     #: ``type(evaluator).is_label_evaluator``, read once rather than per result.
     is_label: bool
@@ -348,6 +350,9 @@ class Pipeline:
         bound.weighted[outcome](1.0 / planned.sample_rate)
         if outcome == "error":
             return
+        judge = result.judge
+        if judge is not None and judge.cost_usd > 0.0:
+            bound.cost(judge.cost_usd)
         if result.score is not None:
             bound.score_hist(result.score)
         if result.label is not None and bound.is_label:
@@ -375,6 +380,7 @@ def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],
         weighted={o: metrics.evaluations_weighted.labels(route, label, o).inc
                   for o in OUTCOMES},
         score_hist=metrics.scores.labels(route, label).observe,
+        cost=metrics.evaluation_cost.labels(route, label).inc,
         seconds=metrics.evaluation_seconds.labels(label).observe,
         is_label=type(evaluator).is_label_evaluator,
         # The route and the evaluator config go into every result's id; not its sample
