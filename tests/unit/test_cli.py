@@ -71,6 +71,12 @@ BAD = {
                               "sasl_username is required"),
     "unknown kafka extra": ("kafka:\n  bootstrap_servers: {bs}\n  extra: {{bogus_option: 1}}\n",
                             "kafka.extra"),
+    # A topic no input consumes: the route would silently never match.
+    "route topic not consumed": ("kafka:\n  bootstrap_servers: {bs}\n"
+                                 "inputs: [{{topic: llm.traces}}]\n"
+                                 "routes:\n  - name: a\n    match: {{topic: [llm.trace]}}\n"
+                                 "    evaluators: [{{evaluator: refusal}}]\n",
+                                 "routes[0] (a).match.topic: ['llm.trace'] is not an input topic"),
 }
 
 

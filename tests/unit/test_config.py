@@ -42,10 +42,6 @@ def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.Monk
         ("kafka: [unclosed\n", "not valid YAML at line 2"),
         ("- just\n- a list\n", "top level must be a mapping"),
         ("results:\n  attributes: [model, model]\n", "results.attributes"),
-        # A topic no input consumes: the route would silently never match.
-        ("inputs: [{topic: llm.traces}]\nroutes: [{name: a, match: {topic: [llm.trace]}, "
-         "evaluators: [{evaluator: refusal}]}]\n",
-         "routes[0] (a).match.topic: ['llm.trace'] is not an input topic"),
     ],
 )
 def test_invalid_config_names_the_field(tmp_path: Path, text: str, needle: str) -> None:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
-from evalstream.app.health import watch_lag
+import pytest
+import structlog
+
+from evalstream.app.health import watch_lag, watch_readiness
 from evalstream.metrics import Metrics
 
 
@@ -45,3 +49,21 @@ async def test_revoked_partitions_stop_being_exported() -> None:
         assert lag(metrics, "0") == 7
     finally:
         task.cancel()
+
+
+@pytest.mark.parametrize(("connected", "warned"), [(True, True), (False, False)])
+async def test_the_missing_partitions_warning_waits_for_a_broker_that_answers(
+        connected: bool, warned: bool) -> None:
+    # During a broker outage the worker is unready too; "no partitions assigned" (a topic
+    # or replica-count problem) would send the operator the wrong way.
+    metrics = Metrics()
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.create_task(watch_readiness(
+            lambda: False, metrics, None, ["in"], warn_after_s=0.0,
+            connected=lambda: connected))
+        await asyncio.sleep(1.2)  # the watcher looks once a second
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert ("no_partitions_assigned" in [e["event"] for e in logs]) is warned
+    assert metrics.registry.get_sample_value("evalstream_ready") == 0

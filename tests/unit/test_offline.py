@@ -66,6 +66,21 @@ def test_read_items_names_bad_line(tmp_path: Path) -> None:
         list(offline.read_items([path]))
 
 
+def test_eval_routes_a_file_as_any_topic_a_route_matches(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Offline, --topic names what the file is routed as: a route matching a topic the
+    # config does not consume is fine here (the worker refuses it at start-up).
+    config = tmp_path / "offline.yaml"
+    config.write_text("routes:\n  - name: exports\n    match: {topic: [support-export]}\n"
+                      "    evaluators: [{evaluator: refusal}]\n", encoding="utf-8")
+    (tmp_path / "ev.jsonl").write_text('{"event_id": "a", "output": "Sure."}\n',
+                                       encoding="utf-8")
+    args = _args(tmp_path, "ev.jsonl", strict=False)
+    args.config, args.topic = config, "support-export"
+    assert offline.main(args) == 0
+    assert len((tmp_path / "out.jsonl").read_bytes().splitlines()) == 1
+
+
 def test_trace_lines_decode_as_the_worker_decodes_the_routed_input(tmp_path: Path) -> None:
     # An export of the input topic, in the config's own mapping: was "not a TraceEvent".
     path = tmp_path / "export.jsonl"

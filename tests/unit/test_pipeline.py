@@ -54,6 +54,9 @@ async def test_results_carry_the_configured_event_attributes_only() -> None:
     (failed,) = await sliced.evaluate(ev(output="boom", attributes=attrs), topic="traces")
     assert failed.status == "error"
     assert failed.attributes == {"model": "gpt-4o", "environment": "prod"}
+    # Clipped: a huge value must not make results (or their error stand-ins) unpublishable.
+    (huge,) = await sliced.evaluate(ev(attributes={"model": "m" * 200_000}), topic="traces")
+    assert huge.attributes == {"model": "m" * 256}
 
 
 async def test_an_evaluator_rate_scores_a_nested_subset_of_its_route() -> None:

@@ -346,6 +346,22 @@ async def test_a_result_the_broker_refuses_becomes_an_error_result_not_a_crash_l
     assert outcomes == {"passed": 2.0, "failed": 0.0, "labelled": 0.0, "error": 1.0}
 
 
+async def test_a_result_that_cannot_be_counted_is_still_published_once() -> None:
+    worker, source, sink = build([raw(0), raw(1)])
+
+    def broken_record(planned: object, result: object) -> None:
+        raise RuntimeError("metrics bug")
+
+    worker.pipeline.record = broken_record  # type: ignore[method-assign]
+    with structlog.testing.capture_logs() as logs:
+        async with started(worker) as task:
+            await until(lambda: source.committed.get(TP0) == 2)
+        assert await task == 0
+    # Was published again as an error result under the same result_id.
+    assert [(r.event_id, r.status) for r in sink.results] == [("e0", "ok"), ("e1", "ok")]
+    assert [e["event"] for e in logs].count("result_count_failed") == 2
+
+
 async def test_output_failure_stops_the_worker_without_committing() -> None:
     worker, source, _ = build([raw(0), raw(1)], sink=MemorySink(fail=True))
     ready = asyncio.Event()

@@ -4,20 +4,40 @@ from __future__ import annotations
 
 from evalstream.app.pipeline import Pipeline
 from evalstream.config import Settings
+from evalstream.errors import ConfigError
 from evalstream.evaluators import registry
 from evalstream.formats import decoder_for
 from evalstream.judges.registry import build_judges
 from evalstream.metrics import Metrics
 
-__all__ = ["check_settings", "describe_evaluators"]
+__all__ = ["check_route_topics", "check_settings", "describe_evaluators"]
+
+
+def check_route_topics(settings: Settings) -> None:
+    """For the streaming worker: every topic a route matches on is one it consumes.
+
+    A typo there would silently leave the route without traffic. (Not a rule of the
+    settings themselves: ``evalstream eval --topic`` routes a file as any topic.)
+
+    Raises:
+        ConfigError: naming the route and the topic.
+    """
+    topics = [t.topic for t in settings.inputs]
+    for ri, route in enumerate(settings.routes):
+        unknown = sorted(set(route.match.topic or ()) - set(topics))
+        if unknown:
+            raise ConfigError(f"routes[{ri}] ({route.name}).match.topic: {unknown} is not an "
+                              f"input topic (inputs: {topics})")
 
 
 def check_settings(settings: Settings) -> None:
     """Build judges, every route's evaluators and every input's decoder, then discard them.
 
     Raises:
-        ConfigError: naming the offending field (unknown evaluator, bad params, bad mapping).
+        ConfigError: naming the offending field (unknown evaluator, bad params, bad mapping,
+            a route matching a topic no input consumes).
     """
+    check_route_topics(settings)
     metrics = Metrics()
     judges = build_judges(settings.judges, metrics)
     Pipeline(settings, judges, metrics)

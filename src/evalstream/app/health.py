@@ -146,8 +146,13 @@ async def watch_connection(source: Source, interval_s: float = 5.0,
 
 async def watch_readiness(is_ready: Callable[[], bool], metrics: Metrics,
                           ready_event: asyncio.Event | None, inputs: Sequence[str],
-                          warn_after_s: float = 60.0) -> None:
-    """Mirror readiness into ``evalstream_ready``, set ``ready_event``, warn when stuck."""
+                          warn_after_s: float = 60.0,
+                          connected: Callable[[], bool] = lambda: True) -> None:
+    """Mirror readiness into ``evalstream_ready``, set ``ready_event``, warn when stuck.
+
+    The warning names missing partitions only while ``connected``: a broker that does not
+    answer is logged by the connection check, and is not a topic problem.
+    """
     loop = asyncio.get_running_loop()
     unready_since = loop.time()
     warned = False
@@ -159,7 +164,7 @@ async def watch_readiness(is_ready: Callable[[], bool], metrics: Metrics,
             warned = False
             if ready_event is not None:
                 ready_event.set()
-        elif not warned and loop.time() - unready_since > warn_after_s:
+        elif not warned and loop.time() - unready_since > warn_after_s and connected():
             # Usually a misspelt or missing input topic, or more replicas than partitions.
             log.warning("no_partitions_assigned", waited_s=warn_after_s, inputs=list(inputs))
             warned = True

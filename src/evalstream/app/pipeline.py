@@ -40,8 +40,12 @@ log = get_logger(__name__)
 #: Outcomes of one evaluation in ``evalstream_evaluations_total``.
 OUTCOMES = ("passed", "failed", "labelled", "error", "skipped")
 _MAX_ERROR_CHARS = 500
+#: Each copied event attribute is clipped to this: attributes are slicing keys (model,
+#: tenant), and a huge one must not make results, or the error result that replaces a
+#: refused one, too large for the broker (which would stop the worker on every restart).
+_MAX_ATTRIBUTE_CHARS = 256
 #: Skip reasons are metric label values: short codes, at most this many distinct ones.
-_REASON = re.compile(r"[a-z][a-z0-9_]{0,39}")
+_REASON = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _MAX_SKIP_REASONS = 32
 
 
@@ -306,7 +310,8 @@ class Pipeline:
             "span_id": event.span_id,
             "session_id": event.session_id,
             "app": event.app,
-            "attributes": {n: attributes[n] for n in names if n in attributes} if names else {},
+            "attributes": {n: attributes[n][:_MAX_ATTRIBUTE_CHARS] for n in names
+                           if n in attributes} if names else {},
             "route": bound.route,
             "evaluator": bound.label,
             "sample_rate": planned.sample_rate,

@@ -32,6 +32,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from evalstream import __version__
+from evalstream.app.checks import check_route_topics
 from evalstream.app.commits import Committer
 from evalstream.app.health import (
     HealthServer,
@@ -47,7 +48,7 @@ from evalstream.app.pipeline import Pipeline, Planned
 from evalstream.app.waits import wait_set
 from evalstream.config import Settings
 from evalstream.errors import DecodeError, OutputRejectedError, SinkError, SourceError
-from evalstream.events import Record, TraceEvent
+from evalstream.events import EvalResult, Record, TraceEvent
 from evalstream.judges.base import Judge
 from evalstream.judges.registry import build_judges, close_judges
 from evalstream.logging import get_logger
@@ -124,6 +125,7 @@ class Worker:
         sink: Sink | None = None,
         observers: Sequence[ResultObserver] = (),
     ) -> None:
+        check_route_topics(settings)
         self.settings = settings
         self.metrics = metrics if metrics is not None else Metrics(registry)
         self.metrics.build_info.info({"version": __version__})
@@ -213,7 +215,8 @@ class Worker:
                                 name="connection"),
             asyncio.create_task(watch_readiness(
                 self.is_ready, self.metrics, ready_event,
-                [t.topic for t in self.settings.inputs], _UNASSIGNED_WARNING_S), name="ready"),
+                [t.topic for t in self.settings.inputs], _UNASSIGNED_WARNING_S,
+                lambda: self.source.connected), name="ready"),
         ]
         observer_tasks = [
             asyncio.create_task(self._run_observer(obs), name=f"observer-{i}")
@@ -439,7 +442,7 @@ class Worker:
             result = await pipeline.run(event, planned)
             if result is not None:
                 await self.outputs.result(result)
-                pipeline.record(planned, result)
+                self._record(planned, result)
         except SinkError as exc:
             self._fail(exc)
             return
@@ -457,7 +460,7 @@ class Worker:
             try:
                 failed = pipeline.failed(event, planned, why)
                 await self.outputs.result(failed)
-                pipeline.record(planned, failed)
+                self._record(planned, failed)
             except Exception as again:
                 self._fail(again)
                 return
@@ -465,6 +468,13 @@ class Worker:
             self._release()
         self.tracker.done(state, offset)
         self.committer.progressed()
+
+    def _record(self, planned: Planned, result: EvalResult) -> None:
+        """Count a published result; a failure here must not publish it a second time."""
+        try:
+            self.pipeline.record(planned, result)
+        except Exception as exc:
+            log.error("result_count_failed", error_type=type(exc).__name__)
 
     async def _dead_letter(self, record: Record, tp: TP, reason: str, error: str) -> None:
         with structlog.contextvars.bound_contextvars(

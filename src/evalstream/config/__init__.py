@@ -97,6 +97,7 @@ class ResultSettings(_Section):
     #: Event attributes copied into each result's ``attributes`` (e.g. ``model``,
     #: ``environment``, ``user_tier``), so results can be sliced by them downstream.
     #: Opt-in, by name: attribute values can be user data. Never metric labels (unbounded).
+    #: Each value is clipped to 256 characters.
     attributes: list[str] = Field(default_factory=list, max_length=32)
 
     @field_validator("attributes")
@@ -198,13 +199,6 @@ class Settings(BaseSettings):
         topics = [i.topic for i in self.inputs]
         if len(set(topics)) != len(topics):
             raise ValueError(f"inputs: topic listed twice: {topics}")
-        for ri, route in enumerate(self.routes):
-            # A topic no input consumes can never match: a typo would silently leave the
-            # route without traffic.
-            unknown = sorted(set(route.match.topic or ()) - set(topics)) if topics else []
-            if unknown:
-                raise ValueError(f"routes[{ri}] ({route.name}).match.topic: {unknown} "
-                                 f"is not an input topic (inputs: {topics})")
         return self
 
 
