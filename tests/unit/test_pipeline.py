@@ -101,6 +101,26 @@ async def test_judge_spend_is_counted_per_route_and_evaluator() -> None:
                  evaluator="unit_scripted") == pytest.approx(0.006)
 
 
+async def test_a_new_judge_model_is_a_new_result_a_renamed_judge_is_not() -> None:
+    # Re-scoring a topic with another model (a new consumer group) must not publish
+    # results a consumer de-duplicating on result_id would drop as redeliveries.
+    def scored_with(judge: str, model: str) -> Pipeline:
+        s = settings(
+            judges={judge: {"type": "openai", "base_url": "http://127.0.0.1:9/v1",
+                            "model": model}},
+            routes=[{"name": "main", "evaluators": [
+                {"evaluator": "unit_scripted", "judge": judge}]}])
+        return Pipeline(s, {**JUDGES, judge: JUDGES["builtin"]}, Metrics(CollectorRegistry()))
+
+    ids = {}
+    for key, (judge, model) in {"mini": ("gpt", "gpt-4o-mini"), "big": ("gpt", "gpt-4o"),
+                                "renamed": ("grader", "gpt-4o-mini")}.items():
+        (result,) = await scored_with(judge, model).evaluate(ev(1), topic="traces")
+        ids[key] = result.result_id
+    assert ids["mini"] != ids["big"]
+    assert ids["mini"] == ids["renamed"]
+
+
 async def test_same_event_and_config_give_the_same_result_id() -> None:
     a, _ = make()
     b, _ = make()

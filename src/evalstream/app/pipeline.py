@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from evalstream.config import EvaluatorSpec, Route, Settings
+from evalstream.config.judges import judge_identity
 from evalstream.errors import ConfigError, JudgeError, SkipEvaluation
 from evalstream.evaluators import registry
 from evalstream.evaluators.base import Evaluator, Score
@@ -155,7 +156,8 @@ class Pipeline:
         for ei, spec in enumerate(route.evaluators):
             where = f"routes[{ri}] ({route.name}) evaluators[{ei}]"
             evaluator = registry.create(spec, judges, where=where)
-            bound.append(_bind(route.name, spec, evaluator, metrics))
+            bound.append(_bind(route.name, spec, evaluator, metrics,
+                               judge_identity(self.settings.judges, spec.judge)))
         rate = self._sampler.rate_for(route.sample_rate)
         planned = tuple(Planned(b, rate * spec.sample_rate)
                         for b, spec in zip(bound, route.evaluators, strict=True))
@@ -374,8 +376,13 @@ class Pipeline:
 
 
 def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],
-          metrics: Metrics) -> _Bound:
+          metrics: Metrics, judge: Any) -> _Bound:
     label = spec.label
+    # The route, the evaluator config and its judge's identity (kind and model, in place
+    # of the judge's name) go into every result's id; not the sample rate, so an event
+    # scored before and after a rate change keeps its result's id.
+    identity = spec.model_dump(mode="json", exclude={"sample_rate"})
+    identity["judge"] = judge
     return _Bound(
         route=route,
         label=label,
@@ -388,8 +395,5 @@ def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],
         cost=metrics.evaluation_cost.labels(route, label).inc,
         seconds=metrics.evaluation_seconds.labels(label).observe,
         is_label=type(evaluator).is_label_evaluator,
-        # The route and the evaluator config go into every result's id; not its sample
-        # rate, so an event scored before and after a rate change keeps its result's id.
-        result_id=result_ids(route, label, spec.model_dump(mode="json",
-                                                           exclude={"sample_rate"})),
+        result_id=result_ids(route, label, identity),
     )

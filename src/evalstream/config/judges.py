@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
@@ -13,6 +14,7 @@ __all__ = [
     "CascadeJudgeConfig",
     "JudgeConfig",
     "OpenAIJudgeConfig",
+    "judge_identity",
     "redact_url",
 ]
 
@@ -116,3 +118,18 @@ class CascadeJudgeConfig(_Section):
 JudgeConfig = Annotated[
     BuiltinJudgeConfig | OpenAIJudgeConfig | CascadeJudgeConfig, Field(discriminator="type")
 ]
+
+
+def judge_identity(judges: Mapping[str, JudgeConfig], name: str) -> Any:
+    """What makes judge ``name`` give the scores it gives: its kind and model, not its name,
+    address or credentials. Part of every result's id, so re-scoring with another model is
+    a new result, while renaming a judge or moving its endpoint is not."""
+    config = judges.get(name)
+    if config is None or isinstance(config, BuiltinJudgeConfig):
+        return "builtin"
+    if isinstance(config, OpenAIJudgeConfig):
+        return {"model": config.model, "api": config.api}
+    return {"cascade": [judge_identity(judges, config.first),
+                        judge_identity(judges, config.then)],
+            "min_confidence": config.min_confidence}
+
