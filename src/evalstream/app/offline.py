@@ -358,13 +358,11 @@ def main(args: argparse.Namespace) -> int:
         if not items:
             raise ConfigError(f"no item could be read from --input ({len(bad_lines)} bad "
                               "lines)" if bad_lines else "--input holds no items")
-        if config is not None:
-            settings = config
-        else:
-            settings = default_settings([i.dataset for i in items if i.dataset])
+        settings = config if config is not None else default_settings(
+            [i.dataset for i in items if i.dataset])
         if getattr(args, "judge", None):
             settings = _with_judge(settings, args.judge)
-        topic = getattr(args, "topic", None) or settings.inputs[0].topic
+        topic = routed or settings.inputs[0].topic
         with ExitStack() as stack:
             sink = stack.enter_context(args.output.open("wb")) if args.output else None
             progress = None

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import gc
 import os
 import signal
@@ -600,17 +599,19 @@ class Worker:
             budget = _CloseBudget(_CLOSE_BUDGET_S)
         for task in list(self._tasks):
             task.cancel()
-        steps = [self.source.stop, self.sink.stop, self.health.stop, self.pipeline.aclose]
-        if self._own_judges:
-            steps.append(functools.partial(close_judges, self.judges))
-        for step in steps:
+
+        async def close_own_judges() -> None:
+            if self._own_judges:
+                await close_judges(self.judges)
+
+        for step in (self.source.stop, self.sink.stop, self.health.stop, self.pipeline.aclose,
+                     close_own_judges):
             try:
                 async with asyncio.timeout(budget.step()):
                     await step()
             except Exception as exc:
-                name = getattr(step, "__qualname__", None) or getattr(
-                    getattr(step, "func", None), "__qualname__", "?")
-                log.warning("close_failed", step=name, error=str(exc) or type(exc).__name__)
+                log.warning("close_failed", step=step.__qualname__,
+                            error=str(exc) or type(exc).__name__)
 
 
 def install_signal_handlers(worker: Worker) -> None:

@@ -27,18 +27,16 @@ class MemorySource:
         self.pause_count = 0
         self._handler: RebalanceHandler | None = None
         self._connected = False
-        #: Tests set this to False to play a broker that stopped answering.
-        self.reachable = True
         for record in records:
             self.add(record)
 
     @property
     def connected(self) -> bool:
-        """True between start and stop, unless a test set ``reachable`` to False."""
-        return self._connected and self.reachable
+        """True between start and stop."""
+        return self._connected
 
     async def check(self, timeout_s: float) -> None:
-        """Nothing to ask: tests set ``reachable`` directly."""
+        """Nothing to ask: memory is always there."""
 
     def add(self, record: RawRecord) -> None:
         """Append a record to its partition."""
