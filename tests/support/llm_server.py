@@ -31,9 +31,9 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["STYLES", "FakeLLM", "Received", "llm_server"]
+__all__ = ["STYLES", "FakeLLM", "Received", "llm_server", "serving"]
 
 STYLES = ("openai_chat", "openai_completions", "vllm_chat", "vllm_completions",
           "llamacpp_chat", "llamacpp_native", "llamacpp_native_old")
@@ -261,15 +261,23 @@ class FakeLLM:
         return native
 
 
+Served = TypeVar("Served", bound=FakeLLM)
+
+
 @contextlib.asynccontextmanager
-async def llm_server(style: str = "openai_chat", **kwargs: Any) -> AsyncIterator[FakeLLM]:
-    """Run a :class:`FakeLLM` on a free loopback port for the duration of the block."""
-    server = FakeLLM(style=style, **kwargs)
+async def serving(server: Served) -> AsyncIterator[Served]:
+    """Run ``server`` (a :class:`FakeLLM` or subclass) for the duration of the block."""
     await server.start()
     try:
         yield server
     finally:
         await server.stop()
+
+
+def llm_server(style: str = "openai_chat", **kwargs: Any
+               ) -> contextlib.AbstractAsyncContextManager[FakeLLM]:
+    """Run a :class:`FakeLLM` on a free loopback port for the duration of the block."""
+    return serving(FakeLLM(style=style, **kwargs))
 
 
 def main() -> None:

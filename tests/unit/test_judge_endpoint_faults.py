@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -25,7 +25,7 @@ from evalstream.judges.base import JudgeRequest
 from evalstream.judges.openai_compat import OpenAIJudge
 from evalstream.judges.resilience import CircuitState
 from evalstream.metrics import Metrics
-from tests.support.llm_server import FakeLLM
+from tests.support.llm_server import FakeLLM, serving
 
 #: (status, body bytes, extra headers)
 Reply = tuple[int, bytes, dict[str, str]]
@@ -47,15 +47,9 @@ class ScriptedLLM(FakeLLM):
         return True
 
 
-@contextlib.asynccontextmanager
-async def scripted(script: Callable[[Any], Reply | None], **kwargs: Any
-                   ) -> AsyncIterator[ScriptedLLM]:
-    server = ScriptedLLM(script=script, **kwargs)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
+def scripted(script: Callable[[Any], Reply | None], **kwargs: Any
+             ) -> contextlib.AbstractAsyncContextManager[ScriptedLLM]:
+    return serving(ScriptedLLM(script=script, **kwargs))
 
 
 @pytest.fixture(autouse=True)

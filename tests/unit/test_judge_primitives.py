@@ -226,22 +226,24 @@ async def test_breaker_opens_waits_probes_and_closes() -> None:
                       CircuitState.HALF_OPEN, CircuitState.CLOSED]
 
 
-async def test_abandoned_probe_frees_the_slot() -> None:
+async def probing_breaker() -> CircuitBreaker:
+    """A breaker opened by one failure, whose half-open probe slot the caller now holds."""
     clock = FakeClock()
     breaker = CircuitBreaker(failures=1, reset_s=1.0, clock=clock)
     await breaker.record(False)
     clock.now = 1.0
     assert await breaker.acquire() is True
+    return breaker
+
+
+async def test_abandoned_probe_frees_the_slot() -> None:
+    breaker = await probing_breaker()
     await breaker.abandon(probe=True)
     assert await asyncio.wait_for(breaker.acquire(), 1) is True
 
 
 async def test_abandon_frees_the_probe_even_when_cancelled_waiting_for_the_lock() -> None:
-    clock = FakeClock()
-    breaker = CircuitBreaker(failures=1, reset_s=1.0, clock=clock)
-    await breaker.record(False)
-    clock.now = 1.0
-    assert await breaker.acquire() is True
+    breaker = await probing_breaker()
     await breaker._cond.acquire()  # private: someone else holds the breaker's lock
     abandoning = asyncio.create_task(breaker.abandon(probe=True))
     await asyncio.sleep(0.01)

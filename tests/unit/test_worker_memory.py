@@ -58,6 +58,13 @@ def metric(worker: Worker, name: str, **labels: str) -> float:
     return worker.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
+def outcomes(worker: Worker) -> dict[str, float]:
+    """The unit_scripted evaluator's outcome counts on route main."""
+    return {o: metric(worker, "evalstream_evaluations_total", route="main",
+                      evaluator="unit_scripted", outcome=o)
+            for o in ("passed", "failed", "labelled", "error")}
+
+
 async def test_every_record_is_a_result_a_skip_or_a_dead_letter() -> None:
     records = [raw(0), raw(1, "skip"), RawRecord("traces", 0, 2, b"{oops"), raw(3, "fail"),
                raw(4, "boom"), RawRecord("traces", 0, 5, b"x" * 2000), raw(6)]
@@ -339,11 +346,7 @@ async def test_a_result_the_broker_refuses_becomes_an_error_result_not_a_crash_l
     assert by_event["e0"].status == by_event["e2"].status == "ok"
     # Counted once, as published: e1's refused "passed" result is not counted beside its
     # error result, so the outcome counters add up to the results on the topic.
-    registry = worker.metrics.registry
-    outcomes = {o: registry.get_sample_value("evalstream_evaluations_total", {
-        "route": "main", "evaluator": "unit_scripted", "outcome": o}) or 0.0
-        for o in ("passed", "failed", "labelled", "error")}
-    assert outcomes == {"passed": 2.0, "failed": 0.0, "labelled": 0.0, "error": 1.0}
+    assert outcomes(worker) == {"passed": 2.0, "failed": 0.0, "labelled": 0.0, "error": 1.0}
 
 
 async def test_a_result_that_cannot_be_counted_is_still_published_once() -> None:
@@ -473,13 +476,9 @@ async def test_unpublishable_result_becomes_an_error_result_and_commits() -> Non
     assert by_event["e1"].status == "error"
     assert by_event["e1"].error == "internal error: PydanticSerializationError"
     assert by_event["e0"].status == by_event["e2"].status == "ok"
-    # Counted once, as published: e1's refused "passed" result is not counted beside its
-    # error result, so the outcome counters add up to the results on the topic.
-    registry = worker.metrics.registry
-    outcomes = {o: registry.get_sample_value("evalstream_evaluations_total", {
-        "route": "main", "evaluator": "unit_scripted", "outcome": o}) or 0.0
-        for o in ("passed", "failed", "labelled", "error")}
-    assert outcomes == {"passed": 2.0, "failed": 0.0, "labelled": 0.0, "error": 1.0}
+    # Counted once, as published: e1's unpublishable "passed" result is not counted beside
+    # its error result, so the outcome counters add up to the results on the topic.
+    assert outcomes(worker) == {"passed": 2.0, "failed": 0.0, "labelled": 0.0, "error": 1.0}
     assert [e["error_type"] for e in logs if e["event"] == "evaluation_crashed"] == [
         "PydanticSerializationError"]
 
