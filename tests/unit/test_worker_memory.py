@@ -13,6 +13,7 @@ import pytest
 import structlog
 from prometheus_client import CollectorRegistry
 
+from evalstream.app import observers as observers_module
 from evalstream.app import worker as worker_module
 from evalstream.app.observers import PublishAlert, RecordingObserver
 from evalstream.app.worker import Worker
@@ -230,7 +231,7 @@ class _FlakyObserver(RecordingObserver):
 
 async def test_a_crashed_observer_is_restarted_not_left_dead(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(worker_module, "_OBSERVER_BACKOFF_S", 0.01)
+    monkeypatch.setattr(observers_module, "_BACKOFF_S", 0.01)
     observer = _FlakyObserver()
     worker, _, sink = build([raw(0)], observers=(observer,))
     with structlog.testing.capture_logs() as logs:
@@ -315,7 +316,7 @@ async def test_a_stop_landing_during_a_failed_connect_attempt_exits_cleanly() ->
 
 async def test_a_stop_during_the_restart_backoff_still_gives_the_observer_its_last_run(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(worker_module, "_OBSERVER_BACKOFF_S", 30.0)
+    monkeypatch.setattr(observers_module, "_BACKOFF_S", 30.0)
     observer = _FlakyObserver()
     worker, _, _ = build([raw(0)], observers=(observer,))
     async with started(worker) as task:

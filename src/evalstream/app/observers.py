@@ -13,11 +13,20 @@ import importlib
 from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
+from evalstream.app.waits import wait_set
 from evalstream.config import Settings
+from evalstream.errors import SinkError
 from evalstream.events import Alert, EvalResult
+from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
 
-__all__ = ["PublishAlert", "RecordingObserver", "ResultObserver", "drift_observer"]
+__all__ = ["PublishAlert", "RecordingObserver", "ResultObserver", "drift_observer",
+           "run_observer"]
+
+log = get_logger(__name__)
+
+_BACKOFF_S = 1.0
+_BACKOFF_MAX_S = 60.0
 
 #: Publishes one alert and returns once the broker has acknowledged it.
 PublishAlert = Callable[[Alert], Awaitable[None]]
@@ -66,3 +75,33 @@ def drift_observer(settings: Settings, metrics: Metrics) -> ResultObserver | Non
         return None
     observer: ResultObserver | None = module.build_monitor(settings, metrics)
     return observer
+
+
+async def run_observer(observer: ResultObserver, publish_alert: PublishAlert,
+                       stop: asyncio.Event, fail: Callable[[BaseException], None]) -> None:
+    """Run ``observer`` until ``stop``, restarting it when it fails.
+
+    An observer bug must not stop evaluation, nor silently stop drift alerting for the
+    rest of the process: it is logged and the observer restarted (its state lives in the
+    object), backing off so a bug that repeats does not spin. A stop during the backoff
+    still runs it once more, so that it takes its final step (the drift monitor resolves
+    its firing alerts as handed over). An alert that cannot be made durable
+    (``SinkError``) goes to ``fail`` and ends the run.
+    """
+    backoff = _BACKOFF_S
+    while True:
+        try:
+            await observer.run(publish_alert, stop)
+            return
+        except asyncio.CancelledError:
+            raise
+        except SinkError as exc:
+            fail(exc)
+            return
+        except Exception:
+            log.exception("observer_run_failed", observer=type(observer).__name__,
+                          restart_in_s=backoff)
+            if stop.is_set():
+                return  # it failed in its final step: nothing is left to retry
+        await wait_set(stop, backoff)
+        backoff = min(backoff * 2, _BACKOFF_MAX_S)

@@ -1,11 +1,13 @@
-"""Waiting for an ``asyncio.Event`` with a time limit, in tasks that are stopped by cancel."""
+"""Time limits on waits: an ``asyncio.Event`` wait that honours cancel, and a deadline
+that several steps share."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
-__all__ = ["wait_set"]
+__all__ = ["SharedDeadline", "wait_set"]
 
 
 async def wait_set(event: asyncio.Event, timeout_s: float | None) -> bool:
@@ -20,3 +22,24 @@ async def wait_set(event: asyncio.Event, timeout_s: float | None) -> bool:
         async with asyncio.timeout(timeout_s):
             await event.wait()
     return event.is_set()
+
+
+class SharedDeadline:
+    """A deadline several steps share: each gets what is left, within bounds.
+
+    Args:
+        total_s: Time for all the steps together, from now.
+        step_max_s: No one step gets more, so a hung step leaves time to the others.
+        step_min_s: Every step gets at least this, even once the total is spent (e.g. to
+            close its sockets).
+    """
+
+    def __init__(self, total_s: float, step_max_s: float, step_min_s: float) -> None:
+        self._deadline = time.monotonic() + total_s
+        self._max = step_max_s
+        self._min = step_min_s
+
+    def step(self) -> float:
+        """Seconds the next step may take."""
+        left = self._deadline - time.monotonic()
+        return max(self._min, min(self._max, left))

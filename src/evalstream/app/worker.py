@@ -11,7 +11,7 @@ start order.
 Delivery is at-least-once. A message's offset completes when every result of it (or its
 dead letter) has been acknowledged by the broker, or when it produced no work (skipped);
 commits go only up to the lowest incomplete offset per partition (``OffsetTracker``).
-In-flight evaluations are bounded by a semaphore of ``worker.max_in_flight`` slots; when
+In-flight evaluations are bounded by ``worker.max_in_flight`` slots (``InFlight``); when
 none is free the consumer pauses its partitions instead of buffering.
 """
 
@@ -22,7 +22,6 @@ import contextlib
 import gc
 import os
 import signal
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 from zlib import crc32
@@ -39,12 +38,13 @@ from evalstream.app.health import (
     watch_lag,
     watch_readiness,
 )
+from evalstream.app.inflight import InFlight
 from evalstream.app.intake import SAMPLED_OUT, BatchCounts, Intake
-from evalstream.app.observers import ResultObserver, drift_observer
+from evalstream.app.observers import ResultObserver, drift_observer, run_observer
 from evalstream.app.offsets import TP, OffsetTracker, PartitionState
 from evalstream.app.outputs import Outputs
 from evalstream.app.pipeline import Pipeline, Planned
-from evalstream.app.waits import wait_set
+from evalstream.app.waits import SharedDeadline, wait_set
 from evalstream.config import Settings
 from evalstream.errors import DecodeError, OutputRejectedError, SinkError, SourceError
 from evalstream.events import EvalResult, Record, TraceEvent
@@ -80,20 +80,10 @@ _CLOSE_STEP_S = 5.0
 _CLOSE_STEP_MIN_S = 0.2
 _CONNECT_BACKOFF_S = 0.5
 _CONNECT_BACKOFF_MAX_S = 10.0
-_OBSERVER_BACKOFF_S = 1.0
-_OBSERVER_BACKOFF_MAX_S = 60.0
 
 
-class _CloseBudget:
-    """The deadline the steps of a stop share: each gets what is left, within bounds."""
-
-    def __init__(self, seconds: float) -> None:
-        self._deadline = time.monotonic() + seconds
-
-    def step(self) -> float:
-        """Seconds the next step may take."""
-        left = self._deadline - time.monotonic()
-        return max(_CLOSE_STEP_MIN_S, min(_CLOSE_STEP_S, left))
+def _close_budget() -> SharedDeadline:
+    return SharedDeadline(_CLOSE_BUDGET_S, _CLOSE_STEP_S, _CLOSE_STEP_MIN_S)
 
 
 class Worker:
@@ -146,35 +136,27 @@ class Worker:
         self.tracker = OffsetTracker()
         self.committer = Committer(self.tracker, self.source, self.metrics)
 
-        self._max_in_flight = settings.worker.max_in_flight
-        self._slots = asyncio.Semaphore(self._max_in_flight)
-        self._freed = asyncio.Event()
+        self.slots = InFlight(settings.worker.max_in_flight, self.source, self.metrics)
         self._dl_slots = asyncio.Semaphore(_DEAD_LETTER_CONCURRENCY)
-        self._in_flight = 0
-        self._peak = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
         self._observers_stop = asyncio.Event()
         self._generation = 0
-        self._paused = False
         self._closing = False
         self._started = False
         self._fatal: BaseException | None = None
-        # Read at scrape time: exact, and free on the hot path.
-        self.metrics.in_flight.set_function(lambda: self._in_flight)
-        self.metrics.in_flight_peak.set_function(lambda: self._peak)
 
     # --- public -----------------------------------------------------------------------
 
     @property
     def in_flight(self) -> int:
         """Evaluations started and not finished."""
-        return self._in_flight
+        return self.slots.count
 
     @property
     def in_flight_peak(self) -> int:
         """The highest in-flight count seen."""
-        return self._peak
+        return self.slots.peak
 
     def is_ready(self) -> bool:
         """Started, the broker answered the source's last check, partitions assigned, and
@@ -191,7 +173,7 @@ class Worker:
         log.info("worker_starting", version=__version__,
                  inputs=[t.topic for t in self.settings.inputs],
                  routes=[r.name for r in self.settings.routes],
-                 max_in_flight=self._max_in_flight)
+                 max_in_flight=self.slots.limit)
         try:
             # Health first: /healthz answers while the broker is still being reached, so
             # the orchestrator waits (readiness stays false) instead of restarting us.
@@ -218,7 +200,8 @@ class Worker:
                 lambda: self.source.connected), name="ready"),
         ]
         observer_tasks = [
-            asyncio.create_task(self._run_observer(obs), name=f"observer-{i}")
+            asyncio.create_task(run_observer(obs, self.outputs.alert, self._observers_stop,
+                                             self._fail), name=f"observer-{i}")
             for i, obs in enumerate(self.observers)
         ]
         consume = asyncio.create_task(self._consume(), name="consume")
@@ -264,7 +247,7 @@ class Worker:
         """Track the new partitions; keep them paused while intake is paused."""
         self._generation += 1
         self.tracker.assign(tps)
-        if self._paused:
+        if self.slots.paused:
             self.source.pause()
         log.info("partitions_assigned", partitions=[f"{t}:{p}" for t, p in sorted(tps)])
 
@@ -287,38 +270,24 @@ class Worker:
 
     async def _consume(self) -> None:
         max_records = self.settings.kafka.max_poll_records
-        source = self.source
+        source, slots = self.source, self.slots
         while True:
-            if self._slots.locked():
+            if slots.full:
                 await self._wait_for_capacity()
                 continue
-            if self._paused:
-                self._set_paused(False)
+            if slots.paused:
+                slots.set_paused(False)
             records = await source.poll(_POLL_TIMEOUT_S, max_records)
             if records:
                 await self._handle_batch(records)
 
     async def _wait_for_capacity(self) -> None:
-        self._set_paused(True)
-        self._freed.clear()
-        if self._slots.locked():
-            await wait_set(self._freed, 1.0)
+        await self.slots.wait_freed(1.0)
         # Partitions are paused, so this returns nothing, but it keeps the consumer polling
         # (aiokafka leaves the group when it is not polled for max_poll_interval_ms).
         records = await self.source.poll(0.0, 1)
         if records:
             await self._handle_batch(records)
-
-    def _set_paused(self, paused: bool) -> None:
-        if paused == self._paused:
-            return
-        self._paused = paused
-        if paused:
-            self.source.pause()
-            self.metrics.backpressure_pauses.inc()
-        else:
-            self.source.resume()
-        self.metrics.paused.set(1 if paused else 0)
 
     async def _handle_batch(self, batch: Mapping[TP, Sequence[Record]]) -> None:
         generation = self._generation
@@ -400,13 +369,14 @@ class Worker:
         if state is None:
             return
         generation = self._generation
+        slots = self.slots
         for started, (event, planned) in enumerate(work):
-            await self._acquire()
+            await slots.acquire()
             if generation != self._generation:
                 # Rebalanced while waiting for a slot: the partition's new owner (maybe us,
                 # with fresh state) redoes this message; its remaining work is abandoned,
                 # so the revoke waits only for what did start.
-                self._release()
+                slots.release()
                 self.tracker.abandon(state, record.offset, len(work) - started)
                 self.committer.progressed()
                 return
@@ -414,19 +384,6 @@ class Worker:
                 self._evaluate(state, record.offset, event, planned))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-
-    async def _acquire(self) -> None:
-        if self._slots.locked():
-            self._set_paused(True)
-        await self._slots.acquire()
-        self._in_flight += 1
-        if self._in_flight > self._peak:
-            self._peak = self._in_flight
-
-    def _release(self) -> None:
-        self._in_flight -= 1
-        self._slots.release()
-        self._freed.set()
 
     # --- work ---------------------------------------------------------------------------
 
@@ -464,7 +421,7 @@ class Worker:
                 self._fail(again)
                 return
         finally:
-            self._release()
+            self.slots.release()
         self.tracker.done(state, offset)
         self.committer.progressed()
 
@@ -500,30 +457,6 @@ class Worker:
         self.tracker.done(state, record.offset)
         self.committer.progressed()
 
-    async def _run_observer(self, observer: ResultObserver) -> None:
-        # An observer bug must not stop evaluation, nor silently stop drift alerting for
-        # the rest of the process: it is logged and the observer restarted (its state
-        # lives in the object), backing off so a bug that repeats does not spin.
-        # A stop during the backoff still runs it once more, so that it takes its final
-        # step (the drift monitor resolves its firing alerts as handed over).
-        backoff = _OBSERVER_BACKOFF_S
-        while True:
-            try:
-                await observer.run(self.outputs.alert, self._observers_stop)
-                return
-            except asyncio.CancelledError:
-                raise
-            except SinkError as exc:
-                self._fail(exc)
-                return
-            except Exception:
-                log.exception("observer_run_failed", observer=type(observer).__name__,
-                              restart_in_s=backoff)
-                if self._observers_stop.is_set():
-                    return  # it failed in its final step: nothing is left to retry
-            await wait_set(self._observers_stop, backoff)
-            backoff = min(backoff * 2, _OBSERVER_BACKOFF_MAX_S)
-
     def _fail(self, exc: BaseException) -> None:
         """Output cannot be made durable: stop (uncommitted work is redelivered later)."""
         if self._fatal is None:
@@ -539,7 +472,7 @@ class Worker:
 
     async def _shutdown(self, consume: asyncio.Task[None], background: list[asyncio.Task[None]],
                         observer_tasks: list[asyncio.Task[None]]) -> int:
-        log.info("worker_stopping", in_flight=self._in_flight)
+        log.info("worker_stopping", in_flight=self.slots.count)
         self.metrics.ready.set(0)
         # 1. End intake: nothing new is taken; what was taken and not started stays
         #    uncommitted and is redelivered.
@@ -559,7 +492,7 @@ class Worker:
                 await asyncio.gather(*pending, return_exceptions=True)
         # 3. Finish: every step from here on shares one budget (see ``_CLOSE_BUDGET_S``).
         #    The observers take their last step (the drift monitor resolves its alerts).
-        budget = _CloseBudget(_CLOSE_BUDGET_S)
+        budget = _close_budget()
         self._observers_stop.set()
         if observer_tasks:
             wait_s = budget.step()
@@ -590,13 +523,13 @@ class Worker:
         await self._close(budget)
         return 0 if self._fatal is None else 1
 
-    async def _close(self, budget: _CloseBudget | None = None) -> None:
+    async def _close(self, budget: SharedDeadline | None = None) -> None:
         """Stop the source, the sink and the HTTP server (reverse start order), then release
         the evaluators and the judges the worker built, each step within what is left of
         ``budget`` (a fresh one when the worker never got going: nothing spent any)."""
         self._closing = True
         if budget is None:
-            budget = _CloseBudget(_CLOSE_BUDGET_S)
+            budget = _close_budget()
         for task in list(self._tasks):
             task.cancel()
 

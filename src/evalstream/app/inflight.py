@@ -1,0 +1,82 @@
+"""The bound on in-flight evaluations (``worker.max_in_flight``) and intake's pause.
+
+An evaluation takes a slot before it starts and gives it back when it ends. When no slot
+is free, the source's partitions are paused rather than fetched messages buffered, so
+memory stays bounded however slow the judge is; they are resumed once intake finds a slot
+free again. The running count and its peak are read by the metrics at scrape time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from evalstream.app.waits import wait_set
+from evalstream.metrics import Metrics
+from evalstream.sources.base import Source
+
+__all__ = ["InFlight"]
+
+
+class InFlight:
+    """Slots for in-flight evaluations, and the pause of ``source`` while none is free.
+
+    Args:
+        limit: The number of slots (``worker.max_in_flight``).
+        source: Paused while every slot is taken.
+        metrics: ``in_flight`` / ``in_flight_peak`` gauges (read at scrape time: exact, and
+            free on the hot path), the ``paused`` gauge and the pause counter.
+    """
+
+    def __init__(self, limit: int, source: Source, metrics: Metrics) -> None:
+        self.limit = limit
+        self._slots = asyncio.Semaphore(limit)
+        self._freed = asyncio.Event()
+        self._source = source
+        self._metrics = metrics
+        #: Evaluations started and not finished.
+        self.count = 0
+        #: The highest ``count`` seen.
+        self.peak = 0
+        #: Whether the source's partitions are paused for want of a slot.
+        self.paused = False
+        metrics.in_flight.set_function(lambda: self.count)
+        metrics.in_flight_peak.set_function(lambda: self.peak)
+
+    @property
+    def full(self) -> bool:
+        """No slot is free."""
+        return self._slots.locked()
+
+    async def acquire(self) -> None:
+        """Take a slot, pausing the source first if none is free."""
+        if self._slots.locked():
+            self.set_paused(True)
+        await self._slots.acquire()
+        self.count += 1
+        if self.count > self.peak:
+            self.peak = self.count
+
+    def release(self) -> None:
+        """Give a slot back."""
+        self.count -= 1
+        self._slots.release()
+        self._freed.set()
+
+    async def wait_freed(self, timeout_s: float) -> None:
+        """Pause the source and wait up to ``timeout_s`` for a slot to be given back."""
+        self.set_paused(True)
+        self._freed.clear()
+        if self._slots.locked():
+            await wait_set(self._freed, timeout_s)
+
+    def set_paused(self, paused: bool) -> None:
+        """Pause or resume the source's partitions (nothing when already so)."""
+        if paused == self.paused:
+            return
+        self.paused = paused
+        if paused:
+            self._source.pause()
+            self._metrics.backpressure_pauses.inc()
+        else:
+            self._source.resume()
+        self._metrics.paused.set(1 if paused else 0)
