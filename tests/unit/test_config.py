@@ -116,3 +116,33 @@ def test_settings_are_frozen() -> None:
     settings = load_settings(None)
     with pytest.raises(Exception, match="frozen"):
         settings.worker.max_in_flight = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("judges:\n  c: {type: cascade, first: builtin, then: gpt}\n",
+         r"judges\.c\.then: judge 'gpt' is not defined under `judges`"),
+        ("judges:\n  c: {type: cascade, first: c, then: builtin}\n",
+         r"judges\.c\.first: a cascade cannot refer to itself"),
+        ("routes:\n  - {name: a, evaluators: [{evaluator: refusal}]}\n"
+         "  - {name: b, evaluators: [{evaluator: refusal}]}\n"
+         "  - {name: a, evaluators: [{evaluator: refusal}]}\n",
+         r"routes: route name listed more than once: \['a'\]"),
+        ("inputs: [{topic: t}, {topic: u}, {topic: t}]\n",
+         r"inputs: topic listed more than once: \['t'\]"),
+    ],
+)
+def test_cross_field_problems_name_the_field(tmp_path: Path, text: str, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        load_settings(write(tmp_path, text))
+
+
+def test_cross_field_checks_report_a_bad_judge_reference_first(tmp_path: Path) -> None:
+    # Several problems at once: the judge reference is reported, as it always was.
+    text = ("routes:\n  - {name: a, evaluators: [{evaluator: refusal, judge: gpt}]}\n"
+            "  - {name: a, evaluators: [{evaluator: refusal}]}\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, text))
+    assert "'gpt' is not defined" in str(info.value)
+    assert "listed more than once" not in str(info.value)

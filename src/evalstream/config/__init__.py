@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -169,7 +170,7 @@ class Settings(BaseSettings):
         return env_settings, init_settings
 
     @model_validator(mode="after")
-    def _references_resolve(self) -> Settings:
+    def _judge_references_resolve(self) -> Settings:
         judges = {"builtin", *self.judges}
         for ri, route in enumerate(self.routes):
             for ei, spec in enumerate(route.evaluators):
@@ -179,26 +180,39 @@ class Settings(BaseSettings):
                         f"{spec.judge!r} is not defined under `judges` (known: {sorted(judges)})"
                     )
         for name, judge in self.judges.items():
-            if isinstance(judge, CascadeJudgeConfig):
-                for ref in (judge.first, judge.then):
-                    if ref not in judges or ref == name:
-                        raise ValueError(f"judges.{name}: cascade refers to unknown judge {ref!r}")
+            if not isinstance(judge, CascadeJudgeConfig):
+                continue
+            for step, ref in (("first", judge.first), ("then", judge.then)):
+                if ref == name:
+                    raise ValueError(f"judges.{name}.{step}: a cascade cannot refer to itself")
+                if ref not in judges:
+                    raise ValueError(f"judges.{name}.{step}: judge {ref!r} is not defined under "
+                                     f"`judges` (known: {sorted(judges)})")
+        return self
+
+    @model_validator(mode="after")
+    def _poll_interval_outlasts_judge_calls(self) -> Settings:
         for name, judge in self.judges.items():
-            deadline = getattr(judge, "deadline_s", None)
-            longest = None if deadline is None else deadline * _JUDGE_CALLS_IN_A_ROW
-            if longest is not None and longest * 1000 >= self.kafka.max_poll_interval_ms:
+            if not isinstance(judge, OpenAIJudgeConfig):
+                # The builtin judge answers at once; a cascade's steps are judges of their own.
+                continue
+            longest = judge.deadline_s * _JUDGE_CALLS_IN_A_ROW
+            if longest * 1000 >= self.kafka.max_poll_interval_ms:
                 raise ValueError(
                     f"kafka.max_poll_interval_ms ({self.kafka.max_poll_interval_ms}) must exceed "
                     f"{_JUDGE_CALLS_IN_A_ROW} x judges.{name}.deadline_s ({longest:g} s): an "
                     f"evaluation makes up to {_JUDGE_CALLS_IN_A_ROW} judge calls in a row, "
                     f"intake can wait that long for a free slot, and a consumer that does "
                     f"not poll leaves its group")
-        names = [r.name for r in self.routes]
-        if len(set(names)) != len(names):
-            raise ValueError(f"route names must be unique: {names}")
-        topics = [i.topic for i in self.inputs]
-        if len(set(topics)) != len(topics):
-            raise ValueError(f"inputs: topic listed twice: {topics}")
+        return self
+
+    @model_validator(mode="after")
+    def _names_listed_once(self) -> Settings:
+        for field, what, names in (("routes", "route name", [r.name for r in self.routes]),
+                                   ("inputs", "topic", [i.topic for i in self.inputs])):
+            repeated = sorted(n for n, count in Counter(names).items() if count > 1)
+            if repeated:
+                raise ValueError(f"{field}: {what} listed more than once: {repeated}")
         return self
 
 
