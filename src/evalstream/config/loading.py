@@ -1,0 +1,210 @@
+"""``load_settings``: a YAML file plus ``EVALSTREAM_`` environment overrides, validated.
+
+Everything between the file and a ready ``Settings``: reading the YAML, refusing secrets
+written in it, naming the environment variable behind a validation error, refusing
+misspelled override sections, and filling judge API keys from their variable or file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import SecretStr, ValidationError
+from pydantic_settings import SettingsError
+
+from evalstream.config.judges import OpenAIJudgeConfig
+from evalstream.config.secret_files import read_secret_file
+from evalstream.config.settings import Settings
+from evalstream.errors import ConfigError
+
+__all__ = ["format_validation_error", "load_settings"]
+
+
+def _environment() -> dict[str, list[str]]:
+    """EVALSTREAM_ variable name -> its lowercased path (``EVALSTREAM_A__B`` -> [a, b])."""
+    return {name: name[len("EVALSTREAM_"):].lower().split("__") for name in os.environ
+            if name.upper().startswith("EVALSTREAM_")}
+
+
+def _is_subsequence(short: list[str], long: list[str]) -> bool:
+    it = iter(long)
+    return all(part in it for part in short)
+
+
+def _env_note(loc: list[str], env: dict[str, list[str]]) -> str:
+    """Which environment variable a problem at ``loc`` came from, when one did.
+
+    A variable's path must appear in order in ``loc`` (which may hold extra parts, such as
+    a judge's ``type`` tag); a variable below ``loc`` (``loc`` is a whole section whose
+    validator failed) is mentioned as also set.
+    """
+    if not loc:
+        return ""
+    sources = sorted((n for n, parts in env.items()
+                      if parts[0] == loc[0] and _is_subsequence(parts, loc)),
+                     key=lambda n: -len(env[n]))
+    if sources:
+        return f" (from environment variable {sources[0]})"
+    below = sorted(n for n, parts in env.items() if parts[:len(loc)] == loc)
+    if not below:
+        return ""
+    if loc[0] in ("routes", "inputs") and len(loc) == 1:
+        return (f" (from {', '.join(below)}: list entries cannot be overridden one at a "
+                f"time; set EVALSTREAM_{loc[0].upper()} to the whole list as JSON)")
+    return f" (the environment also sets {', '.join(below)})"
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    """One line per problem, each naming the field path, e.g. ``routes.0.sample_rate``.
+
+    A problem caused by an EVALSTREAM_ variable names that variable.
+    """
+    env = _environment()
+    lines = []
+    from_env = False
+    for err in exc.errors():
+        path = [str(p) for p in err["loc"]]
+        note = _env_note(path, env)
+        from_env = from_env or bool(note)
+        lines.append(f"  {'.'.join(path) or '(top level)'}: {err['msg']}{note}")
+    where = f"{source} and the environment" if from_env else source
+    return "\n".join([f"invalid configuration in {where}:", *lines])
+
+
+def _refuse_unknown_variables(settings: Settings) -> None:
+    """A misspelled EVALSTREAM_ section (EVALSTREAM_WORKR__...) would otherwise do nothing.
+
+    Only names with the nested delimiter ``__`` are checked: they can only be meant as
+    overrides. Others are left alone, since the platform sets some: Kubernetes gives every
+    pod EVALSTREAM_SERVICE_HOST, EVALSTREAM_PORT_9464_TCP... for a Service named
+    ``evalstream``. Names a judge reads its key from (``api_key_env``) are exempt too.
+    """
+    key_vars = {j.api_key_env.upper() for j in settings.judges.values()
+                if isinstance(j, OpenAIJudgeConfig) and j.api_key_env}
+    sections = set(Settings.model_fields)
+    unknown = sorted(name for name, parts in _environment().items()
+                     if len(parts) > 1 and parts[0] not in sections
+                     and name.upper() not in key_vars)
+    if unknown:
+        raise ConfigError(f"environment: {', '.join(unknown)} set no configuration section "
+                          f"(EVALSTREAM_SECTION__FIELD, sections: {', '.join(sorted(sections))}"
+                          f"); fix or unset {'them' if len(unknown) > 1 else 'it'}")
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text (invalid byte at offset "
+                          f"{exc.start}); save it as UTF-8") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"config file {path} is not valid YAML{where}: {problem}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: the top level must be a mapping, "
+                          f"not {type(data).__name__}")
+    for key in data:
+        if not isinstance(key, str):
+            # YAML allows `1: foo`; Settings(**data) would die with a TypeError instead.
+            raise ConfigError(f"config file {path}: top-level key {key!r} is not a section "
+                              f"name (keys must be strings)")
+    return data
+
+
+def _refuse_inline_secrets(data: dict[str, Any], path: Path | str) -> None:
+    """Secrets come from the environment or files only: a config file is not a secret store.
+
+    Checked on the file's own data, before the environment is merged, so the same fields
+    set through EVALSTREAM_ variables stay accepted.
+    """
+    found: list[str] = []
+    kafka = data.get("kafka")
+    if isinstance(kafka, dict):
+        if kafka.get("sasl_password") is not None:
+            found.append("kafka.sasl_password: set EVALSTREAM_KAFKA__SASL_PASSWORD or "
+                         "kafka.sasl_password_file instead")
+        extra = kafka.get("extra")
+        if isinstance(extra, dict) and extra.get("sasl_plain_password") is not None:
+            found.append("kafka.extra.sasl_plain_password: set "
+                         "EVALSTREAM_KAFKA__SASL_PASSWORD or kafka.sasl_password_file instead")
+    judges = data.get("judges")
+    if isinstance(judges, dict):
+        for name, judge in judges.items():
+            if isinstance(judge, dict) and judge.get("api_key") is not None:
+                found.append(f"judges.{name}.api_key: set judges.{name}.api_key_env (the name "
+                             f"of an environment variable) or api_key_file instead")
+    if found:
+        raise ConfigError(f"secrets must not be written in the config file {path} (it ends up "
+                          f"in ConfigMaps, repositories and logs):\n  " + "\n  ".join(found))
+
+
+def _env_names(field: str) -> list[str]:
+    """The EVALSTREAM_ variables that feed ``field`` (names are case-insensitive)."""
+    return sorted(n for n, parts in _environment().items() if parts[0] == field.lower())
+
+
+def _resolve_secrets(settings: Settings) -> Settings:
+    """Fill judge API keys from their environment variable or file."""
+    judges: dict[str, Any] = {}
+    for name, judge in settings.judges.items():
+        if isinstance(judge, OpenAIJudgeConfig) and judge.api_key is None:
+            key: str | None = None
+            if judge.api_key_env:
+                key = os.environ.get(judge.api_key_env)
+                if not key:
+                    raise ConfigError(f"judges.{name}.api_key_env: environment variable "
+                                      f"{judge.api_key_env} is not set")
+            elif judge.api_key_file:
+                key = read_secret_file(judge.api_key_file, f"judges.{name}.api_key_file")
+            if key:
+                judge = judge.model_copy(update={"api_key": SecretStr(key)})
+        judges[name] = judge
+    return settings.model_copy(update={"judges": judges})
+
+
+def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
+    """Read and validate the configuration.
+
+    Args:
+        path: The YAML file; None for the defaults.
+        **overrides: Whole top-level sections that replace the file's. ``EVALSTREAM_``
+            variables still win over them, as over the file.
+
+    Raises:
+        ConfigError: naming every bad field (and the variable behind it, when one is), an
+            unreadable file, a secret written in the file, or an unknown override section.
+    """
+    data: dict[str, Any] = {}
+    if path is not None:
+        data = _read_yaml(Path(path))
+        _refuse_inline_secrets(data, path)
+    data.update(overrides)
+    source = str(path) if path is not None else "defaults"
+    try:
+        settings = Settings(**data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source)) from exc
+    except SettingsError as exc:
+        # pydantic-settings could not parse an environment value (e.g. bad JSON in
+        # EVALSTREAM_KAFKA); its message names the field but not the variable.
+        match = re.search(r'field "([^"]+)"', str(exc))
+        names = _env_names(match.group(1)) if match else []
+        where = ", ".join(names) or "an EVALSTREAM_ environment variable"
+        cause = f": {exc.__cause__}" if exc.__cause__ is not None else ""
+        raise ConfigError(f"invalid configuration in the environment: cannot parse "
+                          f"{where}{cause}") from exc
+    _refuse_unknown_variables(settings)
+    settings.kafka.check_clients()
+    return _resolve_secrets(settings)

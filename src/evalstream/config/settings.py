@@ -1,0 +1,173 @@
+"""The ``Settings`` model: every configuration section and the checks that span sections.
+
+Sections of their own (Kafka, routes, judges, drift) live in sibling modules; the small
+top-level ones (worker, results, server, logging) are defined here with the model.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from evalstream.config.drift import DriftSettings
+from evalstream.config.judges import CascadeJudgeConfig, JudgeConfig, OpenAIJudgeConfig
+from evalstream.config.kafka import InputTopic, KafkaSettings, TopicSettings
+from evalstream.config.routes import EvaluatorSpec, Route, SamplingSettings
+
+__all__ = [
+    "LoggingSettings",
+    "ResultSettings",
+    "ServerSettings",
+    "Settings",
+    "WorkerSettings",
+]
+
+#: The most judge calls one evaluation makes one after another (role_violation: role,
+#: verdict, sections); bounds how long intake can wait for a slot.
+_JUDGE_CALLS_IN_A_ROW = 3
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class WorkerSettings(_Section):
+    """Limits of the worker loop."""
+
+    #: Evaluations (event x evaluator) in flight before the consumer pauses its partitions.
+    max_in_flight: int = Field(default=256, ge=1)
+    #: On SIGTERM: how long to drain in-flight work before giving up on it (uncommitted).
+    shutdown_timeout_s: float = Field(default=25.0, gt=0)
+    #: How often completed offsets are committed.
+    commit_interval_s: float = Field(default=1.0, gt=0)
+    #: "first": the first matching route only; "all": every matching route.
+    routing: Literal["first", "all"] = "first"
+    #: Messages with a larger value are dead-lettered (reason ``too_large``) undecoded.
+    max_message_bytes: int = Field(default=1_048_576, ge=1)
+
+
+class ResultSettings(_Section):
+    """What every result carries beyond the score."""
+
+    #: Event attributes copied into each result's ``attributes`` (e.g. ``model``,
+    #: ``environment``, ``user_tier``), so results can be sliced by them downstream.
+    #: Opt-in, by name: attribute values can be user data. Never metric labels (unbounded).
+    #: Each value is clipped to 256 characters.
+    attributes: list[str] = Field(default_factory=list, max_length=32)
+
+    @field_validator("attributes")
+    @classmethod
+    def _names(cls, names: list[str]) -> list[str]:
+        if any(not n.strip() for n in names) or len(set(names)) != len(names):
+            raise ValueError("attribute names must be non-empty and listed once")
+        return names
+
+
+class ServerSettings(_Section):
+    """The HTTP server for /metrics, /healthz and /readyz."""
+
+    host: str = "0.0.0.0"  # noqa: S104 - a pod serves probes and scrapes on its IP
+    port: int = Field(default=9464, ge=0, le=65535)
+
+
+class LoggingSettings(_Section):
+    """Logs: JSON in production; trace content never logged unless asked for."""
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    format: Literal["json", "console"] = "json"
+    #: Include inputs/outputs in debug logs. Off by default: traces hold user data.
+    log_content: bool = False
+
+
+def _default_routes() -> list[Route]:
+    return [Route(name="default", evaluators=[EvaluatorSpec(evaluator="refusal")])]
+
+
+class Settings(BaseSettings):
+    """The whole configuration; built once at start-up and passed down, never mutated."""
+
+    model_config = SettingsConfigDict(
+        frozen=True,
+        extra="forbid",
+        env_prefix="EVALSTREAM_",
+        env_nested_delimiter="__",
+        nested_model_default_partial_update=True,
+    )
+
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    inputs: list[InputTopic] = Field(
+        default_factory=lambda: [InputTopic(topic="llm.traces")], min_length=1
+    )
+    topics: TopicSettings = Field(default_factory=TopicSettings)
+    sampling: SamplingSettings = Field(default_factory=SamplingSettings)
+    routes: list[Route] = Field(default_factory=_default_routes, min_length=1)
+    judges: dict[str, JudgeConfig] = Field(default_factory=dict)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    drift: DriftSettings = Field(default_factory=DriftSettings)
+    results: ResultSettings = Field(default_factory=ResultSettings)
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    #: Python modules imported at start-up, before evaluators are built, so that they can
+    #: register user-defined evaluators (``@evalstream.evaluators.register``).
+    plugins: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The YAML arrives as init kwargs; listing env first makes the environment win.
+        return env_settings, init_settings
+
+    @model_validator(mode="after")
+    def _judge_references_resolve(self) -> Settings:
+        judges = {"builtin", *self.judges}
+        for ri, route in enumerate(self.routes):
+            for ei, spec in enumerate(route.evaluators):
+                if spec.judge not in judges:
+                    raise ValueError(
+                        f"routes[{ri}] ({route.name}) evaluators[{ei}] ({spec.label}): judge "
+                        f"{spec.judge!r} is not defined under `judges` (known: {sorted(judges)})"
+                    )
+        for name, judge in self.judges.items():
+            if not isinstance(judge, CascadeJudgeConfig):
+                continue
+            for step, ref in (("first", judge.first), ("then", judge.then)):
+                if ref == name:
+                    raise ValueError(f"judges.{name}.{step}: a cascade cannot refer to itself")
+                if ref not in judges:
+                    raise ValueError(f"judges.{name}.{step}: judge {ref!r} is not defined under "
+                                     f"`judges` (known: {sorted(judges)})")
+        return self
+
+    @model_validator(mode="after")
+    def _poll_interval_outlasts_judge_calls(self) -> Settings:
+        for name, judge in self.judges.items():
+            if not isinstance(judge, OpenAIJudgeConfig):
+                # The builtin judge answers at once; a cascade's steps are judges of their own.
+                continue
+            longest = judge.deadline_s * _JUDGE_CALLS_IN_A_ROW
+            if longest * 1000 >= self.kafka.max_poll_interval_ms:
+                raise ValueError(
+                    f"kafka.max_poll_interval_ms ({self.kafka.max_poll_interval_ms}) must exceed "
+                    f"{_JUDGE_CALLS_IN_A_ROW} x judges.{name}.deadline_s ({longest:g} s): an "
+                    f"evaluation makes up to {_JUDGE_CALLS_IN_A_ROW} judge calls in a row, "
+                    f"intake can wait that long for a free slot, and a consumer that does "
+                    f"not poll leaves its group")
+        return self
+
+    @model_validator(mode="after")
+    def _names_listed_once(self) -> Settings:
+        for field, what, names in (("routes", "route name", [r.name for r in self.routes]),
+                                   ("inputs", "topic", [i.topic for i in self.inputs])):
+            repeated = sorted(n for n, count in Counter(names).items() if count > 1)
+            if repeated:
+                raise ValueError(f"{field}: {what} listed more than once: {repeated}")
+        return self
