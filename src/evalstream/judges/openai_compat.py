@@ -217,11 +217,13 @@ class OpenAIJudge(Judge):
                              cached=True)
         return JudgeInfo(backend="openai", model=self.config.model, latency_ms=latency_ms,
                          requests=usage.requests, tokens_in=usage.tokens_in,
-                         tokens_out=usage.tokens_out, cost_usd=self._cost(usage))
+                         tokens_out=usage.tokens_out,
+                         cost_usd=self._cost(usage.tokens_in, usage.tokens_out))
 
-    def _cost(self, usage: Usage) -> float:
-        return (usage.tokens_in * self.config.price_input_per_1k
-                + usage.tokens_out * self.config.price_output_per_1k) / 1000.0
+    def _cost(self, tokens_in: int, tokens_out: int) -> float:
+        """What the tokens cost in USD at the configured prices."""
+        return (tokens_in * self.config.price_input_per_1k
+                + tokens_out * self.config.price_output_per_1k) / 1000.0
 
     # --- question answering -----------------------------------------------------------
 
@@ -408,8 +410,7 @@ class OpenAIJudge(Judge):
             self._metrics.judge_tokens.labels(self.name, "in").inc(tokens_in)
         if tokens_out:
             self._metrics.judge_tokens.labels(self.name, "out").inc(tokens_out)
-        cost = (tokens_in * self.config.price_input_per_1k
-                + tokens_out * self.config.price_output_per_1k) / 1000.0
+        cost = self._cost(tokens_in, tokens_out)
         if cost:
             self._metrics.judge_cost.labels(self.name).inc(cost)
 
