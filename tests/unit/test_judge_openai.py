@@ -255,6 +255,20 @@ async def test_circuit_opens_waits_and_closes_after_a_successful_probe() -> None
     assert counter(metrics, "evalstream_judge_circuit_state", judge="llm") == 0
 
 
+@pytest.mark.parametrize(("fault", "state"), [
+    ("401", CircuitState.CLOSED), ("429", CircuitState.CLOSED), ("400", CircuitState.CLOSED),
+    ("500", CircuitState.OPEN), ("nonjson", CircuitState.OPEN), ("reset", CircuitState.OPEN)])
+async def test_only_a_failing_backend_opens_the_circuit(fault: str, state: CircuitState) -> None:
+    # A 4xx is an answer (the request, or its rate, was at fault); no answer, a 5xx or an
+    # unreadable 200 body says the backend itself is unhealthy.
+    async with llm_server(always=fault) as server:
+        judge = make_judge(server, max_retries=0, circuit_failures=1, circuit_reset_s=60)
+        with pytest.raises(JudgeError):
+            await judge.judge(question())
+        await judge.aclose()
+    assert judge.circuit_state is state
+
+
 async def test_deadline_turns_an_outage_into_judge_unavailable() -> None:
     metrics = Metrics()
     async with llm_server(always="500") as server:

@@ -86,6 +86,19 @@ class _Answer:
     value: Any = None
 
 
+def _backend_answered(error: JudgeError | None) -> bool:
+    """Whether an attempt's outcome counts for the backend's health (the circuit breaker).
+
+    Any HTTP error status below 500 (429 and 408 included) is an answer: the backend is up
+    and the request, or its rate, was at fault. No status (a timeout or a broken
+    connection), a 5xx, or a 2xx whose body is not JSON (``classify_response`` marks it
+    status 200) counts against it.
+    """
+    if error is None:
+        return True
+    return error.status is not None and error.status != 200 and error.status < 500
+
+
 def _request_key(*parts: Any) -> str:
     blob = json.dumps(parts, ensure_ascii=False, sort_keys=True, default=str)
     return hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
@@ -328,10 +341,8 @@ class OpenAIJudge(Judge):
                 attempt += 1
                 usage.requests += 1
                 body, error = await self._attempt(payload, usage)
-                server_ok = error is None or not (error.status is None or error.status >= 500
-                                                  or error.status == 200)
                 # record() waits for the breaker's lock, so a deadline can cancel it too.
-                await self._breaker.record(server_ok, probe=probe)
+                await self._breaker.record(_backend_answered(error), probe=probe)
                 recorded = True
             finally:
                 if not recorded:
