@@ -26,7 +26,7 @@ import hashlib
 import json
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -208,7 +208,9 @@ class OpenAIJudge(Judge):
 
     # --- caching and deadline ---------------------------------------------------------
 
-    async def _cached(self, key: str, compute: Any) -> tuple[_Answer, bool, float]:
+    async def _cached(self, key: str, compute: Callable[[Usage], Awaitable[_Answer]]
+                      ) -> tuple[_Answer, bool, float]:
+        """(answer, cache hit, latency in ms): cached, else ``compute``, within the deadline."""
         usage = Usage()
         start = time.perf_counter()
         try:
