@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import glob
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -386,8 +385,3 @@ def main(args: argparse.Namespace) -> int:
         args.markdown.write_text(summary.markdown(), encoding="utf-8")
     return 0
 
-
-if __name__ == "__main__":  # ``python -m evalstream.app.offline`` until the CLI wires it
-    _parser = argparse.ArgumentParser(prog="evalstream eval")
-    add_arguments(_parser)
-    sys.exit(main(_parser.parse_args()))
