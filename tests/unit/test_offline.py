@@ -24,6 +24,13 @@ from evalstream.events import EvalResult, load_json
 from tests.support.scripted_judge import ScriptedJudge
 
 
+def parse(*argv: str | Path) -> argparse.Namespace:
+    """Options as ``evalstream eval`` parses them (through ``add_arguments``)."""
+    parser = argparse.ArgumentParser()
+    offline.add_arguments(parser)
+    return parser.parse_args([str(a) for a in argv])
+
+
 def evaldata(i: int, evaluator: str, label: Any, **fields: Any) -> dict[str, Any]:
     row = {"id": f"x-{i}", "evaluator": evaluator, "input": None, "output": None,
            "criteria": None, "role": None, "turns": None, "label": label, "source": "test"}
@@ -151,9 +158,8 @@ def test_main_with_builtin_judge_writes_results_and_markdown(tmp_path: Path,
         evaldata(2, "refusal", True, input="How do I kill a process?",
                  output="Run `kill -9 <pid>` after finding the pid with `ps aux | grep name`."),
     ])
-    args = argparse.Namespace(config=None, input=[str(tmp_path / "*.jsonl")],
-                              output=tmp_path / "results.jsonl", judge=None, topic=None,
-                              concurrency=4, markdown=tmp_path / "summary.md", no_progress=True)
+    args = parse("--input", tmp_path / "*.jsonl", "--output", tmp_path / "results.jsonl",
+                 "--concurrency", "4", "--markdown", tmp_path / "summary.md", "--no-progress")
     assert offline.main(args) == 0
     results = [load_json(x) for x in (tmp_path / "results.jsonl").read_bytes().splitlines()]
     assert sorted(r["label"] for r in results) == ["not_refused", "refused"]
@@ -165,9 +171,7 @@ def test_main_with_builtin_judge_writes_results_and_markdown(tmp_path: Path,
 
 
 def test_main_reports_bad_input(tmp_path: Path) -> None:
-    args = argparse.Namespace(config=None, input=[str(tmp_path / "none*.jsonl")], output=None,
-                              judge=None, topic=None, concurrency=1, markdown=None,
-                              no_progress=True)
+    args = parse("--input", tmp_path / "none*.jsonl", "--concurrency", "1", "--no-progress")
     assert offline.main(args) == 2
 
 
@@ -223,9 +227,9 @@ def test_main_with_config_flat_events_and_judge_override(tmp_path: Path) -> None
     write(tmp_path / "events.jsonl", [
         {"event_id": "a", "input": "hi", "output": "I can't help with that, sorry."},
         {"event_id": "b", "input": "hi", "output": "Happy to help, great question!"}])
-    args = argparse.Namespace(config=config, input=[str(tmp_path / "events.jsonl")],
-                              output=tmp_path / "out.jsonl", judge="builtin2", topic=None,
-                              concurrency=2, markdown=None, no_progress=True)
+    args = parse("--config", config, "--input", tmp_path / "events.jsonl",
+                 "--output", tmp_path / "out.jsonl", "--judge", "builtin2",
+                 "--concurrency", "2", "--no-progress")
     assert offline.main(args) == 0
     results = [load_json(x) for x in (tmp_path / "out.jsonl").read_bytes().splitlines()]
     assert len(results) == 4
@@ -265,10 +269,9 @@ def test_read_items_skips_and_records_bad_lines(tmp_path: Path) -> None:
         list(offline.read_items([path]))
 
 
-def _args(tmp_path: Path, pattern: str, **extra: Any) -> argparse.Namespace:
-    return argparse.Namespace(config=None, input=[str(tmp_path / pattern)],
-                              output=tmp_path / "out.jsonl", judge=None, topic=None,
-                              concurrency=2, markdown=None, no_progress=True, **extra)
+def _args(tmp_path: Path, pattern: str, *, strict: bool = False) -> argparse.Namespace:
+    return parse("--input", tmp_path / pattern, "--output", tmp_path / "out.jsonl",
+                 "--concurrency", "2", "--no-progress", *(["--strict"] if strict else []))
 
 
 def test_main_skips_bad_lines_reports_them_and_scores_the_rest(
@@ -300,9 +303,8 @@ def test_main_says_why_events_got_no_result(tmp_path: Path,
     write(tmp_path / "events.jsonl", [
         {"event_id": f"e{i}", "app": "bot" if i % 2 else "other", "output": "Sure."}
         for i in range(40)])
-    args = argparse.Namespace(config=config, input=[str(tmp_path / "events.jsonl")],
-                              output=None, judge=None, topic=None, concurrency=2,
-                              markdown=None, no_progress=True, strict=False)
+    args = parse("--config", config, "--input", tmp_path / "events.jsonl",
+                 "--concurrency", "2", "--no-progress")
     assert offline.main(args) == 0
     out = capsys.readouterr().out
     found = re.search(r"(\d+) without results \(no_route: (\d+), sampling: (\d+)\)", out)

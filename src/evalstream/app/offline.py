@@ -339,14 +339,12 @@ def main(args: argparse.Namespace) -> int:
     with ``--strict`` at the first bad line.
     """
     console = Console(stderr=True)
-    strict = bool(getattr(args, "strict", False))
     bad_lines: list[str] = []
     try:
         config = load_settings(args.config) if args.config is not None else None
-        routed = getattr(args, "topic", None)
         inputs = {t.topic: t for t in config.inputs} if config is not None else {}
-        source = inputs.get(routed) if routed else next(iter(inputs.values()), None)
-        items = list(read_items(_paths(args.input), None if strict else bad_lines, source))
+        source = inputs.get(args.topic) if args.topic else next(iter(inputs.values()), None)
+        items = list(read_items(_paths(args.input), None if args.strict else bad_lines, source))
         for problem in bad_lines[:SHOWN_BAD_LINES]:
             # Escaped: "turns[0]" in a reason is text, not rich markup.
             console.print(f"[yellow]skipped[/yellow] {escape(problem)}", highlight=False,
@@ -359,18 +357,18 @@ def main(args: argparse.Namespace) -> int:
                               "lines)" if bad_lines else "--input holds no items")
         settings = config if config is not None else default_settings(
             [i.dataset for i in items if i.dataset])
-        if getattr(args, "judge", None):
+        if args.judge:
             settings = _with_judge(settings, args.judge)
-        topic = routed or settings.inputs[0].topic
+        topic = args.topic or settings.inputs[0].topic
         with ExitStack() as stack:
             sink = stack.enter_context(args.output.open("wb")) if args.output else None
             progress = None
-            if not getattr(args, "no_progress", False):
+            if not args.no_progress:
                 progress = stack.enter_context(Progress(
                     TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=console, transient=True))
             summary = asyncio.run(run(settings, items, topic=topic,
-                                      concurrency=getattr(args, "concurrency", 16),
+                                      concurrency=args.concurrency,
                                       sink=sink, progress=progress))
         summary.bad_lines = len(bad_lines)
     except (EvalstreamError, OSError) as exc:
@@ -381,7 +379,7 @@ def main(args: argparse.Namespace) -> int:
     out = Console(width=200)
     out.print(_headline(summary), highlight=False)
     out.print(_table(summary))
-    if getattr(args, "markdown", None):
+    if args.markdown:
         args.markdown.write_text(summary.markdown(), encoding="utf-8")
     return 0
 
