@@ -313,3 +313,15 @@ def test_main_says_why_events_got_no_result(tmp_path: Path,
     assert total == no_route + sampling
     assert no_route > 0
     assert sampling > 0
+
+
+def test_main_lists_the_first_bad_lines_and_counts_the_rest(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = json.dumps(evaldata(1, "refusal", True, output="Sure.")).encode()
+    bad = offline.SHOWN_BAD_LINES + 3
+    (tmp_path / "many.jsonl").write_bytes(b"\n".join([good, *[b"{"] * bad]) + b"\n")
+    assert offline.main(_args(tmp_path, "many.jsonl")) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("not valid JSON") == offline.SHOWN_BAD_LINES
+    assert "skipped 3 more bad lines" in captured.err
+    assert f"1 items, 0 without results, {bad} bad input lines skipped" in captured.out

@@ -315,6 +315,30 @@ async def run(settings: Settings, items: Sequence[Item], *, topic: str, concurre
     return summary
 
 
+def _routed_input(config: Settings | None, topic: str | None) -> InputTopic | None:
+    """The input whose decoder reads trace lines: ``--topic``'s, else the config's first.
+
+    None without a config, or when no input consumes ``topic`` (lines are then read as
+    flat TraceEvents; a route may still match the topic offline).
+    """
+    if config is None:
+        return None
+    if not topic:
+        return config.inputs[0]
+    return next((t for t in config.inputs if t.topic == topic), None)
+
+
+def _report_bad_lines(console: Console, bad_lines: Sequence[str]) -> None:
+    """Print the first ``SHOWN_BAD_LINES`` skipped lines and how many more there were."""
+    for problem in bad_lines[:SHOWN_BAD_LINES]:
+        # Escaped: "turns[0]" in a reason is text, not rich markup.
+        console.print(f"[yellow]skipped[/yellow] {escape(problem)}", highlight=False,
+                      soft_wrap=True)
+    if len(bad_lines) > SHOWN_BAD_LINES:
+        console.print(f"[yellow]skipped[/yellow] {len(bad_lines) - SHOWN_BAD_LINES} more "
+                      "bad lines")
+
+
 def _headline(summary: Summary) -> str:
     why = ", ".join(f"{reason}: {n}" for reason, n in sorted(summary.skipped.items()))
     return (f"evalstream eval: {summary.items} items, {summary.without_results} without "
@@ -342,16 +366,9 @@ def main(args: argparse.Namespace) -> int:
     bad_lines: list[str] = []
     try:
         config = load_settings(args.config) if args.config is not None else None
-        inputs = {t.topic: t for t in config.inputs} if config is not None else {}
-        source = inputs.get(args.topic) if args.topic else next(iter(inputs.values()), None)
-        items = list(read_items(_paths(args.input), None if args.strict else bad_lines, source))
-        for problem in bad_lines[:SHOWN_BAD_LINES]:
-            # Escaped: "turns[0]" in a reason is text, not rich markup.
-            console.print(f"[yellow]skipped[/yellow] {escape(problem)}", highlight=False,
-                          soft_wrap=True)
-        if len(bad_lines) > SHOWN_BAD_LINES:
-            console.print(f"[yellow]skipped[/yellow] {len(bad_lines) - SHOWN_BAD_LINES} more "
-                          "bad lines")
+        items = list(read_items(_paths(args.input), None if args.strict else bad_lines,
+                                _routed_input(config, args.topic)))
+        _report_bad_lines(console, bad_lines)
         if not items:
             raise ConfigError(f"no item could be read from --input ({len(bad_lines)} bad "
                               "lines)" if bad_lines else "--input holds no items")
