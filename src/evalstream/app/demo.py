@@ -277,24 +277,23 @@ async def _demo(args: argparse.Namespace, out: _Out, live: bool) -> int:
         producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20)
         await producer.start()
         reader_stop = asyncio.Event()
-        tasks = [
-            asyncio.create_task(_traffic(producer, state, phase, args.rate, args.seed, stop)),
-            asyncio.create_task(_read_outputs(settings, state, None if live else out,
-                                              reader_stop)),
-            asyncio.create_task(_show(state, out, live, args.interval, stop)),
-        ]
+        traffic = asyncio.create_task(
+            _traffic(producer, state, phase, args.rate, args.seed, stop))
+        reader = asyncio.create_task(
+            _read_outputs(settings, state, None if live else out, reader_stop))
+        view = asyncio.create_task(_show(state, out, live, args.interval, stop))
         deadline = args.duration if args.duration > 0 else None
         await wait_set(stop, deadline)
         stop.set()
         # Stop in order: traffic, then the worker drains and commits, then the reader
         # catches the last results, then the broker goes.
-        await asyncio.gather(tasks[0], tasks[2], return_exceptions=True)
+        await asyncio.gather(traffic, view, return_exceptions=True)
         await producer.stop()
         worker.request_stop()
         worker_code = await worker_task
         await asyncio.sleep(0.5)
         reader_stop.set()
-        await asyncio.gather(tasks[1], return_exceptions=True)
+        await asyncio.gather(reader, return_exceptions=True)
         out.line()
         out.line(f"demo stopped after {state.elapsed():.0f}s: {sum(state.sent.values())} "
                  f"events sent, {state.evaluated} evaluations, alerts fired "
