@@ -12,7 +12,7 @@ from rich.console import Console
 from evalstream.app.dashboard_view import DemoState, Phase
 from evalstream.app.demo import demo_settings
 from evalstream.app.pipeline import Pipeline
-from evalstream.app.traffic import APPS, TrafficMix
+from evalstream.app.traffic import APPS, TrafficMix, share_of
 from evalstream.config import InputTopic
 from evalstream.events import Alert, EvalResult, RawRecord, dump_json
 from evalstream.formats import decoder_for
@@ -47,7 +47,8 @@ def test_traffic_mixes_apps_by_weight_and_the_incident_hits_the_support_bot() ->
     spike = _events(3000, incident=True)
     apps = Counter(str(e["app"]) for e in normal)
     for profile in APPS:
-        assert apps[profile.app] / len(normal) == pytest.approx(profile.weight, abs=0.04)
+        assert apps[profile.app] / len(normal) == pytest.approx(share_of(profile.app), abs=0.04)
+    assert sum(share_of(p.app) for p in APPS) == pytest.approx(1.0)
 
     def off_share(events: list[dict[str, object]], app: str) -> float:
         kinds = [e["attributes"]["demo.kind"] for e in events  # type: ignore[index]

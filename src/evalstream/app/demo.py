@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 from evalstream.app.dashboard_view import DemoState, Phase
 from evalstream.app.embedded import EmbeddedBroker, EmbeddedBrokerError, create_topics, free_port
-from evalstream.app.traffic import SUPPORT_SCOPE, TUTOR_ROLE, TrafficMix
+from evalstream.app.traffic import SUPPORT_SCOPE, TUTOR_ROLE, TrafficMix, share_of
 from evalstream.app.waits import wait_set
 from evalstream.app.worker import Worker
 from evalstream.config import Settings, load_settings
@@ -88,8 +88,7 @@ def demo_settings(bootstrap: str, port: int, *, rate: float, spike_after: float)
     60% of the normal phase, and is tuned to react within seconds at demo volumes
     (production defaults favour fewer false alarms over speed).
     """
-    support_share = 0.5  # traffic.APPS weight of support-bot
-    warmup = int(max(20, min(300, support_share * rate * spike_after * 0.6)))
+    warmup = int(max(20, min(300, share_of("support-bot") * rate * spike_after * 0.6)))
     routes: list[dict[str, Any]] = [
         {"name": "support", "match": {"app": ["support-bot"]}, "evaluators": [
             {"evaluator": "topic_adherence", "params": {"criteria": SUPPORT_SCOPE}},

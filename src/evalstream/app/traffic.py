@@ -30,6 +30,7 @@ __all__ = [
     "AppProfile",
     "TrafficMix",
     "make_event",
+    "share_of",
 ]
 
 SUPPORT_SCOPE = (
@@ -231,6 +232,11 @@ APPS: tuple[AppProfile, ...] = (
                unhappy=_TRAVEL_UNHAPPY, decline_rate=0.05, unhappy_rate=0.1,
                model=_MODELS[2]),
 )
+
+
+def share_of(app: str, apps: Sequence[AppProfile] = APPS) -> float:
+    """The fraction of events ``app`` writes: its weight over the sum of all weights."""
+    return next(a.weight for a in apps if a.app == app) / sum(a.weight for a in apps)
 
 
 @dataclass
