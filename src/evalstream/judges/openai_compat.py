@@ -1,9 +1,9 @@
 """The LLM judge for any OpenAI-compatible endpoint (OpenAI, Azure, vLLM, llama.cpp, ...).
 
-All requests of a judge share its HTTP connections (``httpx.AsyncClient``s, sharded by 8
-connections). A closed question is one request with ``max_tokens`` 1, ``temperature`` 0
-and top logprobs; the answer is the first token's distribution over the options
-(``logprobs.py``). Without logprobs the judge asks for a strict JSON answer.
+All requests of a judge share its HTTP connections (``http_pool.ShardedClients``). A
+closed question is one request with ``max_tokens`` 1, ``temperature`` 0 and top logprobs;
+the answer is the first token's distribution over the options (``logprobs.py``). Without
+logprobs the judge asks for a strict JSON answer.
 
 Every request goes through the same path (``_send``): circuit breaker (waits while open),
 rate limits (token buckets), a concurrency slot (``max_concurrency``), the HTTP call,
@@ -24,13 +24,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import certifi
 import httpx
 
 from evalstream.config.judges import OpenAIJudgeConfig
@@ -39,6 +37,7 @@ from evalstream.events import JudgeInfo
 from evalstream.judges.answers import parse_json_answer, unfence
 from evalstream.judges.base import GenerateRequest, Generation, Judge, Judgement, JudgeRequest
 from evalstream.judges.cache import TTLCache
+from evalstream.judges.http_pool import ShardedClients
 from evalstream.judges.logprobs import (
     MissingLogprobsError,
     OptionsNotFoundError,
@@ -70,7 +69,6 @@ from evalstream.metrics import Metrics
 __all__ = ["OpenAIJudge"]
 
 _log = get_logger("evalstream.judges.openai")
-_SHARD = 8
 # In auto mode, logprobs are switched off after this many consecutive responses without
 # them: one such response can be that request's fate (an output content filter answers
 # "logprobs": null), while a backend without logprobs support shows it on every request,
@@ -125,28 +123,9 @@ class OpenAIJudge(Judge):
             is_bearer = config.api_key_header.lower() == "authorization"
             headers[config.api_key_header] = (f"Bearer {self._secret}" if is_bearer
                                               else self._secret)
-        # Connections are spread over a few clients of at most _SHARD connections each:
-        # httpcore re-checks every pooled connection on each request event, so one pool of
-        # 64 costs ~20 ms of CPU per request at full load, while shards of 8 cost ~3 ms.
-        # A LIFO queue of slots (one per allowed request) caps concurrency at
-        # max_concurrency and hands out the most recently used, warm connection first.
-        shards = max(1, -(-config.max_concurrency // _SHARD))
-        sizes = [config.max_concurrency // shards + (1 if i < config.max_concurrency % shards
-                                                      else 0) for i in range(shards)]
-        # One TLS context for all shards (loading the CA bundle costs ~50 ms each time).
-        verify: ssl.SSLContext | bool = (
-            ssl.create_default_context(cafile=certifi.where())
-            if config.base_url.startswith("https://") else False)
-        self._clients = [
-            httpx.AsyncClient(
-                base_url=config.base_url.rstrip("/") + "/", headers=headers, verify=verify,
-                params=config.query, timeout=config.timeout_s, transport=transport,
-                limits=httpx.Limits(max_connections=size, max_keepalive_connections=size))
-            for size in sizes]
-        self._slots: asyncio.LifoQueue[int] = asyncio.LifoQueue()
-        for shard, size in enumerate(sizes):
-            for _ in range(size):
-                self._slots.put_nowait(shard)
+        self._http = ShardedClients(config.base_url, headers=headers, params=config.query,
+                                    timeout_s=config.timeout_s,
+                                    max_connections=config.max_concurrency, transport=transport)
         self._path = PATHS[config.api]
         self._host = httpx.URL(config.base_url).host or "judge"
         self._rps = (TokenBucket(config.requests_per_s, max(1.0, config.requests_per_s))
@@ -203,8 +182,7 @@ class OpenAIJudge(Judge):
 
     async def aclose(self) -> None:
         """Close the HTTP clients (their pooled connections)."""
-        for client in self._clients:
-            await client.aclose()
+        await self._http.aclose()
 
     # --- caching and deadline ---------------------------------------------------------
 
@@ -378,12 +356,11 @@ class OpenAIJudge(Judge):
     async def _attempt(self, payload: dict[str, Any],
                        usage: Usage) -> tuple[Any, JudgeError | None]:
         """One HTTP exchange: (parsed body, None) or (None, classified error)."""
-        shard = await self._slots.get()
-        try:
+        async with self._http.client() as client:
             self._in_flight.inc()
             start = time.perf_counter()
             try:
-                response = await self._clients[shard].post(self._path, json=payload)
+                response = await client.post(self._path, json=payload)
             except httpx.TimeoutException as exc:
                 return None, JudgeError(
                     f"judge {self.name!r}: {type(exc).__name__} after "
@@ -403,8 +380,6 @@ class OpenAIJudge(Judge):
                 self._in_flight.dec()
                 self._metrics.judge_latency.labels(self.name).observe(
                     time.perf_counter() - start)
-        finally:
-            self._slots.put_nowait(shard)
         return self._classify(response, usage)
 
     def _classify(self, response: httpx.Response,
