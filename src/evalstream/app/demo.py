@@ -29,11 +29,9 @@ from evalstream.app.waits import wait_set
 from evalstream.app.worker import Worker
 from evalstream.config import Settings, load_settings
 from evalstream.events import Alert, EvalResult, dump_json
-from evalstream.logging import configure_logging, get_logger
+from evalstream.logging import configure_logging
 
 __all__ = ["add_arguments", "demo_settings", "main"]
-
-log = get_logger(__name__)
 
 TRACES_TOPIC = "demo.llm.traces"
 _READY_TIMEOUT_S = 30.0
