@@ -112,6 +112,18 @@ def test_missing_api_key_env_is_a_config_error(tmp_path: Path) -> None:
         load_settings(write(tmp_path, text))
 
 
+def test_an_empty_api_key_variable_is_named_as_such(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Set but empty (a Secret created before it was filled in) is refused like an unset
+    # variable, and the message says it may be either.
+    monkeypatch.setenv("JUDGE_KEY_FOR_TEST", "")
+    text = ("judges:\n  gpt: {type: openai, base_url: 'http://x/v1', model: m, "
+            "api_key_env: JUDGE_KEY_FOR_TEST}\n")
+    with pytest.raises(ConfigError, match=r"judges\.gpt\.api_key_env: environment variable "
+                                          r"JUDGE_KEY_FOR_TEST is not set or is empty"):
+        load_settings(write(tmp_path, text))
+
+
 def test_settings_are_frozen() -> None:
     settings = load_settings(None)
     with pytest.raises(Exception, match="frozen"):

@@ -165,7 +165,7 @@ def _resolve_secrets(settings: Settings) -> Settings:
                 key = os.environ.get(judge.api_key_env)
                 if not key:
                     raise ConfigError(f"judges.{name}.api_key_env: environment variable "
-                                      f"{judge.api_key_env} is not set")
+                                      f"{judge.api_key_env} is not set or is empty")
             elif judge.api_key_file:
                 key = read_secret_file(judge.api_key_file, f"judges.{name}.api_key_file")
             if key:
