@@ -285,13 +285,11 @@ async def run(settings: Settings, items: Sequence[Item], *, topic: str, concurre
         # are summarised without them.
         kinds = {(r.name, s.label): s.evaluator for r in settings.routes for s in r.evaluators}
         task = progress.add_task("evaluating", total=len(items)) if progress else None
-        queue: asyncio.Queue[Item] = asyncio.Queue()
-        for item in items:
-            queue.put_nowait(item)
+        # One iterator shared by the workers: each takes the next item when it is free.
+        pending = iter(items)
 
         async def worker() -> None:
-            while not queue.empty():
-                item = queue.get_nowait()
+            for item in pending:
                 results: list[EvalResult] = await pipeline.evaluate(item.event, topic=topic)
                 if not results:
                     summary.without_results += 1
