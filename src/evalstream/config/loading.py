@@ -62,6 +62,10 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
     """One line per problem, each naming the field path, e.g. ``routes.0.sample_rate``.
 
     A problem caused by an EVALSTREAM_ variable names that variable.
+
+    Args:
+        exc: What validating ``Settings`` raised.
+        source: Where the configuration came from (the file's path, or "defaults").
     """
     env = _environment()
     lines = []
