@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from evalstream.config.section import Section
 
 __all__ = ["DriftSettings", "Severity"]
 
@@ -15,7 +17,7 @@ def _default_severities() -> dict[str, Severity]:
     return {"pass_rate_drop": "warning", "label_share": "warning", "label_mix": "info"}
 
 
-class DriftSettings(BaseModel):
+class DriftSettings(Section):
     """Windows for live pass rates and the drift detector's tuning.
 
     The detector per (route, evaluator) is a Bernoulli CUSUM for a drop in pass rate below a
@@ -23,8 +25,6 @@ class DriftSettings(BaseModel):
     ``other`` topic). Its threshold comes from ``arl0``: the average number of evaluations
     between false alarms when nothing changed.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     enabled: bool = True
     #: Sliding windows for the live pass-rate gauges, in seconds.

@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
+
+from evalstream.config.section import Section
 
 __all__ = [
     "BuiltinJudgeConfig",
@@ -34,17 +36,13 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{MASK}@{host}"))
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class BuiltinJudgeConfig(_Section):
+class BuiltinJudgeConfig(Section):
     """The offline judge: lexicons and patterns, no network."""
 
     type: Literal["builtin"] = "builtin"
 
 
-class OpenAIJudgeConfig(_Section):
+class OpenAIJudgeConfig(Section):
     """Any OpenAI-compatible endpoint (OpenAI, Azure OpenAI, vLLM, llama.cpp, Ollama, LiteLLM)."""
 
     type: Literal["openai"] = "openai"
@@ -105,7 +103,7 @@ class OpenAIJudgeConfig(_Section):
         return self
 
 
-class CascadeJudgeConfig(_Section):
+class CascadeJudgeConfig(Section):
     """Ask ``first`` (usually builtin); escalate to ``then`` when it is not confident."""
 
     type: Literal["cascade"] = "cascade"

@@ -8,9 +8,10 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from evalstream.config.secret_files import read_secret_file
+from evalstream.config.section import Section
 from evalstream.errors import ConfigError
 
 __all__ = ["Client", "InputTopic", "KafkaSettings", "TopicSettings"]
@@ -36,11 +37,7 @@ def _accepted(client: Client) -> frozenset[str]:
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name != "loop")
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class KafkaSettings(_Section):
+class KafkaSettings(Section):
     """How to reach the cluster. Security options are passed through to aiokafka."""
 
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -190,7 +187,7 @@ class KafkaSettings(_Section):
         return None
 
 
-class InputTopic(_Section):
+class InputTopic(Section):
     """One topic to consume and how its messages are encoded."""
 
     topic: str = Field(min_length=1)
@@ -211,7 +208,7 @@ class InputTopic(_Section):
     attribute_map: dict[str, str] = Field(default_factory=dict)
 
 
-class TopicSettings(_Section):
+class TopicSettings(Section):
     """Where the worker writes."""
 
     results: str = Field(default="evalstream.results", min_length=1)

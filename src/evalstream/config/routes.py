@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from evalstream.config.section import Section
 
 __all__ = ["EvaluatorSpec", "MatchRule", "Route", "SamplingSettings"]
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class SamplingSettings(_Section):
+class SamplingSettings(Section):
     """Deterministic hash sampling. Rates nest: an event sampled at 1% is also sampled at 10%."""
 
     #: TraceEvent field whose hash decides (trace_id keeps a trace's spans together), or
@@ -25,7 +23,7 @@ class SamplingSettings(_Section):
     salt: str = ""
 
 
-class EvaluatorSpec(_Section):
+class EvaluatorSpec(Section):
     """One evaluator in a route. ``params`` are validated by the evaluator at start-up."""
 
     evaluator: str = Field(min_length=1)
@@ -45,7 +43,7 @@ class EvaluatorSpec(_Section):
         return self.name or self.evaluator
 
 
-class MatchRule(_Section):
+class MatchRule(Section):
     """An event matches when every given condition holds (an empty rule matches all)."""
 
     app: list[str] | None = None
@@ -57,7 +55,7 @@ class MatchRule(_Section):
                            "reference", "messages"]] = Field(default_factory=list)
 
 
-class Route(_Section):
+class Route(Section):
     """A named rule: matching events, sampled at ``sample_rate``, go to ``evaluators``."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")

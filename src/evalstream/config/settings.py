@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections import Counter
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from evalstream.config.drift import DriftSettings
 from evalstream.config.judges import CascadeJudgeConfig, JudgeConfig, OpenAIJudgeConfig
 from evalstream.config.kafka import InputTopic, KafkaSettings, TopicSettings
 from evalstream.config.routes import EvaluatorSpec, Route, SamplingSettings
+from evalstream.config.section import Section
 
 __all__ = [
     "LoggingSettings",
@@ -30,11 +31,7 @@ __all__ = [
 _JUDGE_CALLS_IN_A_ROW = 3
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class WorkerSettings(_Section):
+class WorkerSettings(Section):
     """Limits of the worker loop."""
 
     #: Evaluations (event x evaluator) in flight before the consumer pauses its partitions.
@@ -49,7 +46,7 @@ class WorkerSettings(_Section):
     max_message_bytes: int = Field(default=1_048_576, ge=1)
 
 
-class ResultSettings(_Section):
+class ResultSettings(Section):
     """What every result carries beyond the score."""
 
     #: Event attributes copied into each result's ``attributes`` (e.g. ``model``,
@@ -66,14 +63,14 @@ class ResultSettings(_Section):
         return names
 
 
-class ServerSettings(_Section):
+class ServerSettings(Section):
     """The HTTP server for /metrics, /healthz and /readyz."""
 
     host: str = "0.0.0.0"  # noqa: S104 - a pod serves probes and scrapes on its IP
     port: int = Field(default=9464, ge=0, le=65535)
 
 
-class LoggingSettings(_Section):
+class LoggingSettings(Section):
     """Logs: JSON in production; trace content never logged unless asked for."""
 
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
