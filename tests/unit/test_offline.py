@@ -149,6 +149,23 @@ async def test_run_scores_with_scripted_judge_and_gold(tmp_path: Path) -> None:
     assert row["accuracy"] == "0.667"
 
 
+async def test_run_closes_the_pipeline_when_writing_a_result_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    closed: list[bool] = []
+
+    async def aclose(self: object) -> None:
+        closed.append(True)
+
+    monkeypatch.setattr(offline.Pipeline, "aclose", aclose)
+    items = list(offline.read_items([write(tmp_path / "r.jsonl", [
+        evaldata(1, "refusal", False, input="q", output="No.")])]))
+    sink = (tmp_path / "out.jsonl").open("wb")
+    sink.close()  # writing the first result raises
+    with pytest.raises(ValueError, match="closed file"):
+        await offline.run(offline.default_settings(["refusal"]), items, topic="t", sink=sink)
+    assert closed == [True]
+
+
 def test_main_with_builtin_judge_writes_results_and_markdown(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]
                                                              ) -> None:

@@ -301,8 +301,10 @@ async def run(settings: Settings, items: Sequence[Item], *, topic: str, concurre
                 if progress is not None and task is not None:
                     progress.advance(task)
 
-        await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
-        await pipeline.aclose()
+        try:
+            await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
+        finally:  # an evaluation that raised must not leave the evaluators' clients open
+            await pipeline.aclose()
         summary.skipped = {
             sample.labels["reason"]: int(sample.value)
             for family in metrics.events_skipped.collect() for sample in family.samples
