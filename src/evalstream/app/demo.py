@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
-import signal
 import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from evalstream.app.dashboard_view import DemoState, Phase
 from evalstream.app.embedded import EmbeddedBroker, EmbeddedBrokerError, create_topics, free_port
+from evalstream.app.signals import install_stop_signals
 from evalstream.app.traffic import SUPPORT_SCOPE, TUTOR_ROLE, TrafficMix, share_of
 from evalstream.app.waits import wait_set
 from evalstream.app.worker import Worker
@@ -35,7 +34,6 @@ __all__ = ["add_arguments", "demo_settings", "main"]
 
 TRACES_TOPIC = "demo.llm.traces"
 _READY_TIMEOUT_S = 30.0
-_EXIT_FORCED = 130
 
 _REAL_SETUP = """\
 To point evalstream at a real cluster and a real judge, write a config file:
@@ -208,26 +206,11 @@ async def _show(state: DemoState, out: _Out, live: bool, interval: float,
         out.line(state.plain_line())
 
 
-def _install_signals(stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-    presses = 0
-
-    def on_sigint() -> None:
-        nonlocal presses
-        presses += 1
-        if presses > 1:
-            os._exit(_EXIT_FORCED)  # a second Ctrl-C: no drain, the broker dies with us
-        stop.set()
-
-    loop.add_signal_handler(signal.SIGINT, on_sigint)
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-
-
 async def _demo(args: argparse.Namespace, out: _Out, live: bool) -> int:
     from aiokafka import AIOKafkaProducer
 
     stop = asyncio.Event()
-    _install_signals(stop)
+    install_stop_signals(stop.set)  # a second Ctrl-C: no drain, the broker dies with us
     port = args.port or free_port()
     broker = EmbeddedBroker()
     try:

@@ -20,8 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import os
-import signal
 from collections.abc import Mapping, Sequence
 from typing import Any
 from zlib import crc32
@@ -44,6 +42,7 @@ from evalstream.app.observers import ResultObserver, drift_observer, run_observe
 from evalstream.app.offsets import TP, OffsetTracker, PartitionState
 from evalstream.app.outputs import Outputs
 from evalstream.app.pipeline import Pipeline, Planned
+from evalstream.app.signals import install_stop_signals
 from evalstream.app.waits import SharedDeadline, wait_set
 from evalstream.config import Settings
 from evalstream.errors import DecodeError, OutputRejectedError, SinkError, SourceError
@@ -58,7 +57,7 @@ from evalstream.sinks.kafka import KafkaSink
 from evalstream.sources.base import Source
 from evalstream.sources.kafka import KafkaSource
 
-__all__ = ["Worker", "install_signal_handlers", "run_worker"]
+__all__ = ["Worker", "run_worker"]
 
 log = get_logger(__name__)
 
@@ -68,7 +67,6 @@ _LAG_INTERVAL_S = 1.0
 _CONNECTION_CHECK_S = 5.0
 _UNASSIGNED_WARNING_S = 60.0
 _DEAD_LETTER_CONCURRENCY = 64
-_EXIT_FORCED = 130
 #: The steps after the drain (the observers' last step, flush, final commit, closing each
 #: client) share this budget: with the broker unreachable each would wait out its own
 #: timeout (aiokafka retries commits forever), and the chart's grace period leaves 15 s
@@ -547,23 +545,6 @@ class Worker:
                             error=str(exc) or type(exc).__name__)
 
 
-def install_signal_handlers(worker: Worker) -> None:
-    """SIGTERM/SIGINT only set the worker's stop event; a second SIGINT exits at once."""
-    loop = asyncio.get_running_loop()
-    interrupts = 0
-
-    def on_sigint() -> None:
-        nonlocal interrupts
-        interrupts += 1
-        if interrupts > 1:
-            # A second Ctrl-C means "now": skip the drain; uncommitted work is redelivered.
-            os._exit(_EXIT_FORCED)
-        worker.request_stop()
-
-    loop.add_signal_handler(signal.SIGTERM, worker.request_stop)
-    loop.add_signal_handler(signal.SIGINT, on_sigint)
-
-
 async def run_worker(settings: Settings, *, registry: CollectorRegistry | None = None,
                      ready_event: asyncio.Event | None = None,
                      handle_signals: bool = True, **worker_options: Any) -> int:
@@ -585,5 +566,5 @@ async def run_worker(settings: Settings, *, registry: CollectorRegistry | None =
     # moving it out of the collector's generations keeps full collections cheap.
     gc.freeze()
     if handle_signals:
-        install_signal_handlers(worker)
+        install_stop_signals(worker.request_stop)
     return await worker.run(ready_event)
