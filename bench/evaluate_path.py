@@ -10,7 +10,11 @@ here) is consumed alternately by the worker of this tree and by the worker of ``
 ratio is taken on the same machine at the same time. On a shared machine single runs vary by
 10% or more: the best of ``--rounds`` runs per side is compared.
 
-Run: ``python bench/evaluate_path.py --baseline HEAD~3 [--events 30000] [--rounds 3]``.
+``--candidate`` measures a second revision in place of the work tree (so the tree can be
+edited while a comparison runs).
+
+Run: ``python bench/evaluate_path.py --baseline HEAD~3 [--candidate HEAD] [--events 30000]
+[--rounds 3]``.
 """
 
 from __future__ import annotations
@@ -47,8 +51,12 @@ async def main_async(args: argparse.Namespace) -> None:
         workdir = Path(tmp)
         (workdir / "baseline").mkdir()
         baseline_root = extract(args.baseline, workdir / "baseline")
+        candidate_root = REPO
+        if args.candidate:
+            (workdir / "candidate").mkdir()
+            candidate_root = extract(args.candidate, workdir / "candidate")
         await produce(bootstrap, n)
-        trees = {"baseline": baseline_root, "this tree": REPO}
+        trees = {"baseline": baseline_root, "this tree": candidate_root}
         cpu: dict[str, list[float]] = {name: [] for name in trees}
         group = 0
         for _ in range(args.rounds):
@@ -59,13 +67,17 @@ async def main_async(args: argparse.Namespace) -> None:
                 cpu[name].append(us)
                 print(f"  {name:<10} {us:7.1f} CPU-us per evaluated event", flush=True)
         base, ours = min(cpu["baseline"]), min(cpu["this tree"])
+        this = args.candidate or "work tree"
         print(f"best of {args.rounds}: baseline ({args.baseline}) {base:.1f} us, this tree "
-              f"{ours:.1f} us per evaluated event; ratio this/baseline {ours / base:.2f}")
+              f"({this}) {ours:.1f} us per evaluated event; ratio this/baseline "
+              f"{ours / base:.3f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--baseline", required=True, help="git revision to compare against")
+    parser.add_argument("--candidate", default="",
+                        help="git revision measured as 'this tree' (default: the work tree)")
     parser.add_argument("--events", type=int, default=30_000)
     parser.add_argument("--rounds", type=int, default=3)
     asyncio.run(main_async(parser.parse_args()))
