@@ -17,17 +17,18 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
 
+from evalstream.app.results import TRUSTED_KEYS_CURRENT, trusted_result, trusted_score
 from evalstream.config import EvaluatorSpec, Route, Settings
 from evalstream.config.judges import judge_identity
 from evalstream.errors import ConfigError, JudgeError, SkipEvaluation
 from evalstream.evaluators import registry
 from evalstream.evaluators.base import Evaluator, Score
-from evalstream.events import EvalResult, TraceEvent, result_ids
+from evalstream.events import SCHEMA_VERSION, EvalResult, TraceEvent, result_ids, utcnow
 from evalstream.judges.base import Judge
 from evalstream.logging import get_logger
 from evalstream.metrics import LabelSet, Metrics
@@ -321,8 +322,54 @@ class Pipeline:
         }
 
     def _result(self, event: TraceEvent, planned: Planned, score: Score) -> EvalResult:
+        """The ok result of ``score``: built without validation when every value already
+        has the type and range ``EvalResult`` would store unchanged (the builtin and LLM
+        binary_score's always do), else validated (``ValidationError`` on bad fields).
+        """
+        rate = planned.sample_rate
+        event_time = event.timestamp
+        if not (TRUSTED_KEYS_CURRENT and trusted_score(score)
+                and type(rate) is float and 0.0 < rate <= 1.0
+                and (event_time is None or type(event_time) is datetime)):
+            return self._validated_result(event, planned, score)
+        bound = planned.bound
+        names, attributes = self._result_attributes, event.attributes
+        # Every key of ``TRUSTED_KEYS``, in that order: the JSON is written in the order of
+        # the instance's ``__dict__`` (pinned by tests/unit/test_result_build.py).
+        return trusted_result({
+            "schema_version": SCHEMA_VERSION,
+            "result_id": bound.result_id(event.event_id),
+            "event_id": event.event_id,
+            "trace_id": event.trace_id,
+            "span_id": event.span_id,
+            "session_id": event.session_id,
+            "app": event.app,
+            "attributes": {n: attributes[n][:_MAX_ATTRIBUTE_CHARS] for n in names
+                           if n in attributes} if names else {},
+            "route": bound.route,
+            "evaluator": bound.label,
+            "score": score.score,
+            "label": score.label,
+            "passed": score.passed,
+            "threshold": score.threshold,
+            "confidence": score.confidence,
+            # Copied, as validation copies them: the result must not share the evaluator's.
+            "probabilities": dict(score.probabilities),
+            "raw_score": score.raw_score,
+            "details": dict(score.details),
+            "reason": score.reason,
+            "status": "ok",
+            "error": None,
+            "judge": score.judge,
+            "sample_rate": rate,
+            "event_time": event_time,
+            "evaluated_at": utcnow(),
+        })
+
+    def _validated_result(self, event: TraceEvent, planned: Planned,
+                          score: Score) -> EvalResult:
         # One dict validated once (``model_validate``, not ``EvalResult(**fields)``): the
-        # same checks, without re-packing the fields as keyword arguments on the hot path.
+        # same checks, without re-packing the fields as keyword arguments.
         fields = self._envelope(event, planned)
         fields["score"] = score.score
         fields["label"] = score.label
@@ -397,3 +444,4 @@ def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],
         is_label=type(evaluator).is_label_evaluator,
         result_id=result_ids(route, label, identity),
     )
+
