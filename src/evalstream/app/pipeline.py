@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from evalstream.app.metric_children import counter_inc, histogram_observe
 from evalstream.app.results import TRUSTED_KEYS_CURRENT, trusted_result, trusted_score
 from evalstream.config import EvaluatorSpec, Route, Settings
 from evalstream.config.judges import judge_identity
@@ -146,7 +147,7 @@ class Pipeline:
         self._max_rate = max(self._sampler.rate_for(r.sample_rate) for r in settings.routes)
         self._skip_sampling = metrics.events_skipped.labels("sampling").inc
         self._skip_no_route = metrics.events_skipped.labels("no_route").inc
-        self._lag = metrics.end_to_end_lag.observe
+        self._lag = histogram_observe(metrics.end_to_end_lag)
         self._skip_counters: dict[str, Any] = {}
         self._result_attributes = tuple(settings.results.attributes)
         self._log_content = settings.logging.log_content
@@ -163,7 +164,8 @@ class Pipeline:
         planned = tuple(Planned(b, rate * spec.sample_rate)
                         for b, spec in zip(bound, route.evaluators, strict=True))
         return _RouteRuntime(route, tuple(bound),
-                             metrics.events_sampled.labels(route.name).inc, rate, planned,
+                             counter_inc(metrics.events_sampled.labels(route.name)), rate,
+                             planned,
                              all(spec.sample_rate == 1.0 for spec in route.evaluators))
 
     @property
@@ -435,12 +437,13 @@ def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],
         label=label,
         evaluator=evaluator,
         labels=LabelSet(evaluator.labels()),
-        outcomes={o: metrics.evaluations.labels(route, label, o).inc for o in OUTCOMES},
-        weighted={o: metrics.evaluations_weighted.labels(route, label, o).inc
+        outcomes={o: counter_inc(metrics.evaluations.labels(route, label, o))
                   for o in OUTCOMES},
-        score_hist=metrics.scores.labels(route, label).observe,
+        weighted={o: counter_inc(metrics.evaluations_weighted.labels(route, label, o))
+                  for o in OUTCOMES},
+        score_hist=histogram_observe(metrics.scores.labels(route, label)),
         cost=metrics.evaluation_cost.labels(route, label).inc,
-        seconds=metrics.evaluation_seconds.labels(label).observe,
+        seconds=histogram_observe(metrics.evaluation_seconds.labels(label)),
         is_label=type(evaluator).is_label_evaluator,
         result_id=result_ids(route, label, identity),
     )
