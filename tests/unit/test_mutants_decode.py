@@ -1,0 +1,176 @@
+"""Sampling, routing and decoding behaviour the mutation pass found untested.
+
+Each test here was written against a mutant of ``sampling.py``, ``routing.py``,
+``app/intake.py`` or ``formats/flat_json.py`` that the rest of the suite let through; the
+docstrings name the bug each one catches.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from evalstream.app.intake import SAMPLED_OUT, BatchCounts, Intake
+from evalstream.app.pipeline import Pipeline
+from evalstream.config import SamplingSettings
+from evalstream.errors import DecodeError
+from evalstream.events import RawRecord, TraceEvent, dump_json
+from evalstream.formats.flat_json import FlatJsonDecoder
+from evalstream.metrics import Metrics
+from evalstream.sampling import SCALE, Sampler
+from tests.unit.pipeline_doubles import JUDGES, raw, settings
+
+
+def test_the_unsalted_hash_is_plain_crc32_of_the_key() -> None:
+    """The documented hash (CRC-32 of the UTF-8 key, salt first then NUL): workers of two
+    versions during a rolling deploy, or a tool predicting which traces are evaluated, must
+    agree on every decision. A changed starting value would reshuffle the sample."""
+    plain = Sampler(SamplingSettings())
+    salted = Sampler(SamplingSettings(salt="s1"))
+    for key in ("4bf92f3577b34da6a3ce929d0e0e4736", "evt-000123", "trace-ü"):
+        data = key.encode("utf-8")
+        assert plain.fraction_of(key) == zlib.crc32(data) / 2**32
+        assert plain.fraction_of_bytes(data) == zlib.crc32(data) / 2**32
+        assert salted.fraction_of(key) == zlib.crc32(b"s1\x00" + data) / 2**32
+    assert plain.seed == 0
+    assert SCALE == 2**32
+
+
+def test_the_rate_is_an_exclusive_bound() -> None:
+    """Rate 0 evaluates nothing, even the key whose hash is 0, and an event exactly at the
+    rate is out: the intake's shortcuts drop ``crc >= limit``, the pipeline must agree."""
+    assert not Sampler.sampled(0.0, 0.0)
+    assert not Sampler.sampled(0.25, 0.25)
+    assert Sampler.sampled(0.25 - 2**-32, 0.25)
+    assert Sampler.sampled(0.999, 1.0)
+    event = TraceEvent(event_id="e", trace_id="t")
+    assert not Sampler.sampled(Sampler(SamplingSettings()).fraction(event), 0.0)
+
+
+# --- intake: the flat_json sampling shortcut ----------------------------------------------
+
+ROUTE = [{"name": "main", "evaluators": [{"evaluator": "unit_scripted"}]}]
+
+
+def intake_for(**sections: Any) -> tuple[Intake, Metrics]:
+    s = settings(**sections)
+    metrics = Metrics(CollectorRegistry())
+    return Intake(s, Pipeline(s, JUDGES, metrics), metrics), metrics
+
+
+def out_key(rate: float, salt: str = "") -> str:
+    """A trace id that no route samples at ``rate``."""
+    sampler = Sampler(SamplingSettings(salt=salt))
+    return next(t for t in (f"t{i}" for i in range(1000))
+                if not sampler.sampled(sampler.fraction_of(t), rate))
+
+
+def test_the_probe_skips_exactly_what_decoding_skips() -> None:
+    """The shortcut must never drop a message the full decode path would evaluate: on
+    plain messages the two agree one for one, whatever the salt."""
+    for salt in ("", "s"):
+        intake, _ = intake_for(sampling={"rate": 0.3, "salt": salt})
+        probe = intake.sampled_out
+        assert probe is not None  # flat_json, event-key sampling, rate below 1
+        records = [raw(i) for i in range(400)]
+        skipped = [probe(r) for r in records]
+        assert skipped == [intake.decode(r) is SAMPLED_OUT for r in records]
+        assert 0.6 * len(records) < sum(skipped) < 0.8 * len(records)
+
+
+def test_the_probe_is_only_offered_where_it_can_decide() -> None:
+    """At rate 1 nothing is sampled out, and with message-key sampling the Kafka key
+    decides: callers then skip the probe altogether."""
+    assert intake_for()[0].sampled_out is None
+    assert intake_for(sampling={"rate": 1.0, "salt": "x"})[0].sampled_out is None
+    assert intake_for(sampling={"key": "message_key", "rate": 0.3})[0].sampled_out is None
+    assert intake_for(sampling={"rate": 0.999})[0].sampled_out is not None
+
+
+def test_an_oversized_message_is_dead_lettered_not_sampled_out() -> None:
+    intake, _ = intake_for(sampling={"rate": 0.01}, worker={"max_message_bytes": 200})
+    assert intake.sampled_out is not None
+    big = raw(1, "x" * 300, trace_id=out_key(0.01))
+    assert intake.sampled_out(big) is False
+    with pytest.raises(DecodeError) as info:
+        intake.decode(big)
+    assert info.value.reason == "too_large"
+    small = raw(2, "x" * 100, trace_id=out_key(0.01))
+    assert len(small.value or b"") <= 200
+    assert intake.sampled_out(small) is True
+
+
+def test_a_message_of_exactly_the_size_limit_is_accepted() -> None:
+    """The limit is the largest accepted size ("exceeds" is what is rejected)."""
+    body = dump_json({"trace_id": "t", "output": "ok"})
+    intake, _ = intake_for(worker={"max_message_bytes": len(body)})
+    decoded = intake.decode(RawRecord("traces", 0, 0, body))
+    assert [e.output for e in decoded.events] == ["ok"]
+    with pytest.raises(DecodeError, match="exceeds"):
+        intake.decode(RawRecord("traces", 0, 1, body + b" "))
+
+
+def test_topics_without_a_probe_are_left_to_their_decoder() -> None:
+    """A topic with a custom mapping (raw keys are not field names) or another format
+    gets no probe: its messages are never sampled out by it, and never crash it."""
+    inputs = [{"topic": "traces"},
+              {"topic": "mapped", "mapping": {"output": "response.text"}},
+              {"topic": "spans", "format": "otlp_json"}]
+    intake, _ = intake_for(sampling={"rate": 0.01}, inputs=inputs)
+    assert intake.sampled_out is not None
+    key = out_key(0.01)
+    body = dump_json({"trace_id": key, "output": "plain", "response": {"text": "mapped"}})
+    assert intake.sampled_out(RawRecord("traces", 0, 0, body)) is True
+    assert intake.sampled_out(RawRecord("mapped", 0, 0, body)) is False
+    assert intake.sampled_out(RawRecord("spans", 0, 0, body)) is False
+    assert intake.sampled_out(RawRecord("traces", 0, 1, None)) is False
+
+
+def test_flush_adds_every_count_of_the_batch() -> None:
+    intake, metrics = intake_for(inputs=[{"topic": "traces"},
+                                         {"topic": "spans", "format": "otlp_json"}])
+    counts = BatchCounts()
+    counts.decoded["traces"] += 3
+    counts.decoded["spans"] += 2
+    counts.sampled_out = 4
+    counts.skipped.update({"not_genai": 5, "no_route": 1})
+    intake.flush(counts)
+
+    def value(name: str, **labels: str) -> float:
+        return metrics.registry.get_sample_value(name, labels) or 0.0
+
+    assert value("evalstream_events_decoded_total", format="flat_json") == 3
+    assert value("evalstream_events_decoded_total", format="otlp_json") == 2
+    assert value("evalstream_events_skipped_total", reason="sampling") == 4
+    assert value("evalstream_events_skipped_total", reason="not_genai") == 5
+    assert value("evalstream_events_skipped_total", reason="no_route") == 1
+
+
+def test_a_message_sampled_in_on_its_key_is_not_resampled_on_its_trace_id() -> None:
+    """With ``sampling.key: message_key`` the Kafka key already decided: decoding with
+    ``presampled`` must not apply the trace_id shortcut, or a message whose key is in and
+    whose trace_id is out is silently dropped."""
+    intake, _ = intake_for(sampling={"key": "message_key", "rate": 0.01})
+    record = RawRecord("traces", 0, 0, dump_json({"trace_id": out_key(0.01), "output": "a"}),
+                       key=b"kafka-key")
+    decoded = intake.decode(record, presampled=True)
+    assert decoded is not SAMPLED_OUT
+    assert [e.trace_id for e in decoded.events] == [out_key(0.01)]
+    # Without the key's decision (a keyless message), the trace id decides as usual.
+    assert intake.decode(record) is SAMPLED_OUT
+
+
+def test_a_decoder_failure_becomes_a_decoder_error_dead_letter(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a decoder bug")
+
+    intake, _ = intake_for()
+    monkeypatch.setattr(FlatJsonDecoder, "decode", broken)
+    with pytest.raises(DecodeError) as info:
+        intake.decode(raw(0))
+    assert info.value.reason == "decoder_error"
+    assert "RuntimeError" in str(info.value)
