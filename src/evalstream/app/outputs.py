@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evalstream.app.metric_children import counter_inc
 from evalstream.app.observers import ResultObserver
 from evalstream.events import Alert, EvalResult, Record
 from evalstream.logging import get_logger
@@ -33,8 +32,8 @@ class Outputs:
         self.sink = sink
         self._metrics = metrics
         self._observers = observers
-        self._ok = counter_inc(metrics.results_published.labels("ok"))
-        self._error = counter_inc(metrics.results_published.labels("error"))
+        self._ok = metrics.results_published.labels("ok").inc
+        self._error = metrics.results_published.labels("error").inc
 
     async def result(self, result: EvalResult) -> None:
         """Publish one result, then let the observers see it."""

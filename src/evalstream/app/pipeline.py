@@ -17,19 +17,17 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
 
 from pydantic import ValidationError
 
-from evalstream.app.metric_children import counter_inc, histogram_observe
-from evalstream.app.results import TRUSTED_KEYS_CURRENT, trusted_result, trusted_score
 from evalstream.config import EvaluatorSpec, Route, Settings
 from evalstream.config.judges import judge_identity
 from evalstream.errors import ConfigError, JudgeError, SkipEvaluation
 from evalstream.evaluators import registry
 from evalstream.evaluators.base import Evaluator, Score
-from evalstream.events import SCHEMA_VERSION, EvalResult, TraceEvent, result_ids, utcnow
+from evalstream.events import EvalResult, TraceEvent, result_ids
 from evalstream.judges.base import Judge
 from evalstream.logging import get_logger
 from evalstream.metrics import LabelSet, Metrics
@@ -147,7 +145,7 @@ class Pipeline:
         self._max_rate = max(self._sampler.rate_for(r.sample_rate) for r in settings.routes)
         self._skip_sampling = metrics.events_skipped.labels("sampling").inc
         self._skip_no_route = metrics.events_skipped.labels("no_route").inc
-        self._lag = histogram_observe(metrics.end_to_end_lag)
+        self._lag = metrics.end_to_end_lag.observe
         self._skip_counters: dict[str, Any] = {}
         self._result_attributes = tuple(settings.results.attributes)
         self._log_content = settings.logging.log_content
@@ -164,8 +162,7 @@ class Pipeline:
         planned = tuple(Planned(b, rate * spec.sample_rate)
                         for b, spec in zip(bound, route.evaluators, strict=True))
         return _RouteRuntime(route, tuple(bound),
-                             counter_inc(metrics.events_sampled.labels(route.name)), rate,
-                             planned,
+                             metrics.events_sampled.labels(route.name).inc, rate, planned,
                              all(spec.sample_rate == 1.0 for spec in route.evaluators))
 
     @property
@@ -324,54 +321,8 @@ class Pipeline:
         }
 
     def _result(self, event: TraceEvent, planned: Planned, score: Score) -> EvalResult:
-        """The ok result of ``score``: built without validation when every value already
-        has the type and range ``EvalResult`` would store unchanged (the builtin and LLM
-        binary_score's always do), else validated (``ValidationError`` on bad fields).
-        """
-        rate = planned.sample_rate
-        event_time = event.timestamp
-        if not (TRUSTED_KEYS_CURRENT and trusted_score(score)
-                and type(rate) is float and 0.0 < rate <= 1.0
-                and (event_time is None or type(event_time) is datetime)):
-            return self._validated_result(event, planned, score)
-        bound = planned.bound
-        names, attributes = self._result_attributes, event.attributes
-        # Every key of ``TRUSTED_KEYS``, in that order: the JSON is written in the order of
-        # the instance's ``__dict__`` (pinned by tests/unit/test_result_build.py).
-        return trusted_result({
-            "schema_version": SCHEMA_VERSION,
-            "result_id": bound.result_id(event.event_id),
-            "event_id": event.event_id,
-            "trace_id": event.trace_id,
-            "span_id": event.span_id,
-            "session_id": event.session_id,
-            "app": event.app,
-            "attributes": {n: attributes[n][:_MAX_ATTRIBUTE_CHARS] for n in names
-                           if n in attributes} if names else {},
-            "route": bound.route,
-            "evaluator": bound.label,
-            "score": score.score,
-            "label": score.label,
-            "passed": score.passed,
-            "threshold": score.threshold,
-            "confidence": score.confidence,
-            # Copied, as validation copies them: the result must not share the evaluator's.
-            "probabilities": dict(score.probabilities),
-            "raw_score": score.raw_score,
-            "details": dict(score.details),
-            "reason": score.reason,
-            "status": "ok",
-            "error": None,
-            "judge": score.judge,
-            "sample_rate": rate,
-            "event_time": event_time,
-            "evaluated_at": utcnow(),
-        })
-
-    def _validated_result(self, event: TraceEvent, planned: Planned,
-                          score: Score) -> EvalResult:
         # One dict validated once (``model_validate``, not ``EvalResult(**fields)``): the
-        # same checks, without re-packing the fields as keyword arguments.
+        # same checks, without re-packing the fields as keyword arguments on the hot path.
         fields = self._envelope(event, planned)
         fields["score"] = score.score
         fields["label"] = score.label
@@ -437,14 +388,12 @@ def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],
         label=label,
         evaluator=evaluator,
         labels=LabelSet(evaluator.labels()),
-        outcomes={o: counter_inc(metrics.evaluations.labels(route, label, o))
+        outcomes={o: metrics.evaluations.labels(route, label, o).inc for o in OUTCOMES},
+        weighted={o: metrics.evaluations_weighted.labels(route, label, o).inc
                   for o in OUTCOMES},
-        weighted={o: counter_inc(metrics.evaluations_weighted.labels(route, label, o))
-                  for o in OUTCOMES},
-        score_hist=histogram_observe(metrics.scores.labels(route, label)),
+        score_hist=metrics.scores.labels(route, label).observe,
         cost=metrics.evaluation_cost.labels(route, label).inc,
-        seconds=histogram_observe(metrics.evaluation_seconds.labels(label)),
+        seconds=metrics.evaluation_seconds.labels(label).observe,
         is_label=type(evaluator).is_label_evaluator,
         result_id=result_ids(route, label, identity),
     )
-

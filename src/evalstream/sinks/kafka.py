@@ -27,7 +27,6 @@ from evalstream.errors import OutputRejectedError, SinkError
 from evalstream.events import Alert, EvalResult, Record, dump_json
 from evalstream.logging import get_logger
 from evalstream.sinks.headers import DLQ_TRUNCATED, dead_letter_headers, result_headers
-from evalstream.sinks.result_json import result_json
 
 __all__ = ["KafkaSink"]
 
@@ -173,7 +172,7 @@ class KafkaSink:
         headers = self._result_headers.get(names)
         if headers is None:
             headers = self._result_headers[names] = result_headers(*names)
-        await self._send(self._topics.results, result_json(result), result.trace_id.encode(),
+        await self._send(self._topics.results, dump_json(result), result.trace_id.encode(),
                          headers)
 
     async def publish_dead_letter(self, record: Record, reason: str, error: str) -> None:
