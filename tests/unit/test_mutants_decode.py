@@ -15,10 +15,10 @@ from prometheus_client import CollectorRegistry
 
 from evalstream.app.intake import SAMPLED_OUT, BatchCounts, Intake
 from evalstream.app.pipeline import Pipeline
-from evalstream.config import SamplingSettings
+from evalstream.config import InputTopic, SamplingSettings
 from evalstream.errors import DecodeError
-from evalstream.events import RawRecord, TraceEvent, dump_json
-from evalstream.formats.flat_json import FlatJsonDecoder
+from evalstream.events import RawRecord, TraceEvent, dump_json, stable_hash
+from evalstream.formats.flat_json import FlatJsonDecoder, make_decoder
 from evalstream.metrics import Metrics
 from evalstream.sampling import SCALE, Sampler
 from tests.unit.pipeline_doubles import JUDGES, raw, settings
@@ -174,3 +174,137 @@ def test_a_decoder_failure_becomes_a_decoder_error_dead_letter(
         intake.decode(raw(0))
     assert info.value.reason == "decoder_error"
     assert "RuntimeError" in str(info.value)
+
+
+# --- flat_json: the sampling probe and the full decoder -----------------------------------
+
+IDS = {"event_id": "e1", "trace_id": "t1"}
+
+#: Messages the full decoder dead-letters whatever sampling says. Each carries ids, so a
+#: probe that refused them only for want of a sampling key would not pass.
+DEAD_LETTERS: list[dict[str, Any]] = [
+    {"input": "no output"},
+    {"output": 1},
+    *({"output": "a", name: 5} for name in ("span_id", "session_id", "app", "system_prompt",
+                                             "input", "reference")),
+    {"output": "a", "messages": 5},
+    {"output": "a", "messages": "not a list"},
+    {"output": "a", "messages": ["not a turn"]},
+    {"output": "a", "messages": [{"role": "user", "content": 5}]},
+    {"output": "a", "messages": [{"role": 5, "content": "q"}]},
+    {"output": "a", "messages": [{"content": "q"}]},
+    {"output": "a", "context": [1]},
+    {"output": "a", "context": 5},
+    {"output": "a", "attributes": ["k"]},
+    {"output": "a", "attributes": {"k": ["v"]}},
+    {"output": "a", "timestamp": True},
+    {"output": "a", "timestamp": ["2026"]},
+]
+
+
+@pytest.mark.parametrize("obj", DEAD_LETTERS)
+def test_a_dead_letter_is_never_sampled_out(obj: dict[str, Any]) -> None:
+    """The probe must decline (the full path dead-letters), and the full path must
+    dead-letter even when sampling would leave the event out: a malformed message is a
+    dead letter at any rate, never a silent ``sampling`` skip."""
+    decoder = make_decoder(InputTopic(topic="traces"))
+    value = dump_json({**IDS, **obj})
+    for key in ("trace_id", "event_id"):
+        probe = decoder.sampling_probe(key)
+        assert probe is not None
+        assert probe(value) is None
+    with pytest.raises(DecodeError) as info:
+        decoder.decode(RawRecord("traces", 0, 0, value), keep=lambda _: False)
+    assert info.value.reason in ("invalid_field", "missing_output")
+
+
+def test_a_sampled_out_message_counts_one_sampling_skip() -> None:
+    decoder = make_decoder(InputTopic(topic="traces"))
+    decoded = decoder.decode(RawRecord("traces", 0, 0, dump_json({**IDS, "output": "a"})),
+                             keep=lambda _: False)
+    assert decoded.events == []
+    assert decoded.skipped == {"sampling": 1}
+
+
+def test_only_the_final_turn_is_the_answer() -> None:
+    """A conversation whose last turn is the user's has no answer yet: an earlier
+    assistant turn must not be judged as the output."""
+    decoder = make_decoder(InputTopic(topic="traces"))
+    turns = [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"},
+             {"role": "user", "content": "q2"}]
+    with pytest.raises(DecodeError) as info:
+        decoder(RawRecord("traces", 0, 0, dump_json({**IDS, "messages": turns})))
+    assert info.value.reason == "missing_output"
+    (event,) = decoder(RawRecord("traces", 0, 1, dump_json(
+        {**IDS, "messages": [*turns, {"role": "assistant", "content": "a2"}]}))).events
+    assert (event.input, event.output) == ("q2", "a2")
+
+
+def test_content_parts_are_read_only_when_all_are_text() -> None:
+    """A message with an image part is not judged on its text alone."""
+    decoder = make_decoder(InputTopic(topic="traces"))
+    parts = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "u"}}]
+    for content in (parts, []):
+        with pytest.raises(DecodeError) as info:
+            decoder(RawRecord("traces", 0, 0, dump_json(
+                {**IDS, "output": "a", "messages": [{"role": "user", "content": content}]})))
+        assert info.value.reason == "invalid_field"
+    text_only = [{"type": "text", "text": "look"}, {"type": "text", "text": "here"}]
+    (event,) = decoder(RawRecord("traces", 0, 0, dump_json(
+        {**IDS, "messages": [{"role": "user", "content": text_only},
+                             {"role": "assistant", "content": "ok"}]}))).events
+    assert event.input == "look\nhere"
+
+
+def test_null_attributes_are_dropped_and_scalars_become_strings() -> None:
+    decoder = make_decoder(InputTopic(topic="traces"))
+    attributes = {"gone": None, "n": 1, "f": 0.5, "b": True, "s": "x"}
+    (event,) = decoder(RawRecord("traces", 0, 0, dump_json(
+        {**IDS, "output": "a", "attributes": attributes}))).events
+    assert event.attributes == {"n": "1", "f": "0.5", "b": "true", "s": "x"}
+
+
+@pytest.mark.parametrize("path", ["meta.1.trace", "meta.x.trace", "meta.0.trace.deeper",
+                                  "label.0", "label.trace"])
+def test_a_mapped_path_that_leads_nowhere_leaves_the_field_unset(path: str) -> None:
+    """A path past the end of a list, through a string or a non-index on a list finds
+    nothing (the field takes its default); it must neither crash nor read a wrong value."""
+    decoder = make_decoder(InputTopic(topic="traces", mapping={"trace_id": path}))
+    value = dump_json({"event_id": "e1", "output": "a", "label": "plain",
+                       "meta": [{"trace": "t0"}]})
+    (event,) = decoder(RawRecord("traces", 0, 0, value)).events
+    assert event.trace_id == "e1"  # the default: the event id
+    mapped = make_decoder(InputTopic(topic="traces", mapping={"trace_id": "meta.0.trace"}))
+    assert mapped(RawRecord("traces", 0, 0, value)).events[0].trace_id == "t0"
+
+
+@pytest.mark.parametrize("value", [
+    b'{"event_id": "e1", "trace_id": "t1", "output": "a", "other": {"x": "caf\xe9"}}',
+    b'{"event_id": "e1", "trace_id": "t1", "output": "a", "o": "\xed\xa0\x80"}',
+])
+def test_invalid_utf8_in_an_unread_key_is_a_dead_letter_not_a_sampling_skip(
+        value: bytes) -> None:
+    """msgspec skips unknown keys unchecked; orjson (the full decoder) rejects them, so
+    the probe must decline such a message although it has a valid sampling key."""
+    decoder = make_decoder(InputTopic(topic="traces"))
+    probe = decoder.sampling_probe("trace_id")
+    assert probe is not None
+    assert probe(value) is None
+    with pytest.raises(DecodeError) as info:
+        decoder.decode(RawRecord("traces", 0, 0, value), keep=lambda _: False)
+    assert info.value.reason == "invalid_utf8"
+
+
+def test_an_empty_event_id_is_replaced_by_the_position_hash() -> None:
+    """Results are keyed by event id: an empty one would make every such message's
+    results collide; the position hash is also stable across redelivery."""
+    decoder = make_decoder(InputTopic(topic="traces"))
+    ids = set()
+    for offset in (0, 1):
+        value = dump_json({"event_id": "", "output": "a"})
+        (event,) = decoder(RawRecord("traces", 0, offset, value)).events
+        (again,) = decoder(RawRecord("traces", 0, offset, value)).events
+        assert event.event_id == again.event_id == stable_hash("traces", 0, offset)
+        assert event.trace_id == event.event_id
+        ids.add(event.event_id)
+    assert len(ids) == 2
