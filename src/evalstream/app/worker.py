@@ -123,9 +123,10 @@ class Worker:
         self.intake = Intake(settings, self.pipeline, self.metrics)
         self.source: Source = source if source is not None else KafkaSource(
             settings.kafka, [t.topic for t in settings.inputs])
-        self.sink: Sink = sink if sink is not None else KafkaSink(settings.kafka, settings.topics)
-        self.observers: list[ResultObserver] = list(observers)
         monitor = drift_observer(settings, self.metrics)
+        self.sink: Sink = sink if sink is not None else KafkaSink(
+            settings.kafka, settings.topics, alerts=monitor is not None or bool(observers))
+        self.observers: list[ResultObserver] = list(observers)
         if monitor is not None:
             self.observers.append(monitor)
         self.outputs = Outputs(self.sink, self.metrics, self.observers)

@@ -68,11 +68,15 @@ class KafkaSink:
     Args:
         settings: Connection and producer settings.
         topics: Output topic names.
+        alerts: Whether alerts will be published (drift on): then ``start`` checks the
+            alerts topic too.
     """
 
-    def __init__(self, settings: KafkaSettings, topics: TopicSettings) -> None:
+    def __init__(self, settings: KafkaSettings, topics: TopicSettings, *,
+                 alerts: bool = False) -> None:
         self._settings = settings
         self._topics = topics
+        self._alerts = alerts
         self._producer: AIOKafkaProducer | None = None
         #: Result headers by (route, evaluator): a handful of constant lists, built once.
         self._result_headers: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
@@ -103,8 +107,12 @@ class KafkaSink:
             await producer.stop()
             raise SinkError(f"cannot connect producer to {s.bootstrap_servers}: {exc}") from exc
         # A missing output topic (brokers with auto-creation off) would otherwise show only
-        # at the first result, or first bad message, as a 40 s wait and a crash.
-        for topic in (self._topics.results, self._topics.dead_letter):
+        # at the first result, or first bad message, as a 40 s wait and a crash; a missing
+        # alerts topic at the first drift alert, hours or days into the run.
+        needed = [self._topics.results, self._topics.dead_letter]
+        if self._alerts:
+            needed.append(self._topics.alerts)
+        for topic in needed:
             try:
                 await producer.partitions_for(topic)
             except KafkaError as exc:
