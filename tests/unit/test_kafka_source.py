@@ -62,6 +62,9 @@ class _Rebalancing:
     def assignment(self) -> set[TopicPartition]:
         return set(self.assigned)
 
+    def paused(self) -> set[TopicPartition]:
+        return set()
+
     def highwater(self, tp: TopicPartition) -> int:
         assert tp in self.assigned  # as aiokafka does
         return 100
