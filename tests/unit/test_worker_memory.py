@@ -424,7 +424,12 @@ async def test_health_endpoints() -> None:
             assert (await client.post(f"{base}/metrics")).status_code == 405
         worker.source.assignment = set  # type: ignore[method-assign]  # lost its partitions
         async with httpx.AsyncClient() as client:
-            assert (await client.get(f"{base}/readyz")).status_code == 503
+            not_ready = await client.get(f"{base}/readyz")
+            assert not_ready.status_code == 503
+            # The reason, for on-call (e.g. a replica more than there are partitions).
+            assert not_ready.text == "not ready: no partitions assigned\n"
+        worker.request_stop()
+        assert worker.not_ready() == "stopping"
 
 
 async def test_evaluation_logs_carry_the_message_context() -> None:

@@ -36,15 +36,17 @@ class HealthServer:
         host: Interface to bind.
         port: Port to bind (0 picks a free one; see :attr:`port`).
         registry: The registry /metrics exposes.
-        is_ready: Whether the worker is ready (connected and assigned partitions).
+        not_ready: Why the worker is not ready (e.g. ``no partitions assigned``), or None when
+            it is; /readyz answers 503 with the reason, so on-call sees it in
+            ``kubectl describe`` and a probe's output.
     """
 
     def __init__(self, host: str, port: int, registry: CollectorRegistry,
-                 is_ready: Callable[[], bool]) -> None:
+                 not_ready: Callable[[], str | None]) -> None:
         self._host = host
         self._port = port
         self._registry = registry
-        self._is_ready = is_ready
+        self._not_ready = not_ready
         self._server: asyncio.Server | None = None
 
     @property
@@ -79,9 +81,10 @@ class HealthServer:
         if path == "/healthz":
             return 200, "text/plain", b"ok\n"
         if path == "/readyz":
-            if self._is_ready():
+            reason = self._not_ready()
+            if reason is None:
                 return 200, "text/plain", b"ready\n"
-            return 503, "text/plain", b"not ready\n"
+            return 503, "text/plain", f"not ready: {reason}\n".encode()
         return 404, "text/plain", b"not found\n"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -131,7 +131,7 @@ class Worker:
             self.observers.append(monitor)
         self.outputs = Outputs(self.sink, self.metrics, self.observers)
         self.health = HealthServer(settings.server.host, settings.server.port,
-                                   self.metrics.registry, self.is_ready)
+                                   self.metrics.registry, self.not_ready)
         self.tracker = OffsetTracker()
         self.committer = Committer(self.tracker, self.source, self.metrics)
 
@@ -160,8 +160,20 @@ class Worker:
     def is_ready(self) -> bool:
         """Started, the broker answered the source's last check, partitions assigned, and
         not shutting down."""
-        return (self._started and not self._stop.is_set() and self.source.connected
-                and bool(self.source.assignment()))
+        return self.not_ready() is None
+
+    def not_ready(self) -> str | None:
+        """Why the worker is not ready, or None when it is (what /readyz tells on-call)."""
+        if self._stop.is_set():
+            return "stopping"
+        if not self._started:
+            return "connecting to the broker"
+        if not self.source.connected:
+            return "the broker did not answer the last check"
+        if not self.source.assignment():
+            # e.g. more replicas than partitions, or an input topic that does not exist
+            return "no partitions assigned"
+        return None
 
     def request_stop(self) -> None:
         """Begin a graceful stop (safe to call from a signal handler, idempotent)."""
