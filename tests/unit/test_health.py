@@ -8,7 +8,7 @@ import contextlib
 import pytest
 import structlog
 
-from evalstream.app.health import watch_lag, watch_readiness
+from evalstream.app.health import NO_PARTITIONS, watch_lag, watch_readiness
 from evalstream.metrics import Metrics
 
 
@@ -51,19 +51,45 @@ async def test_revoked_partitions_stop_being_exported() -> None:
         task.cancel()
 
 
-@pytest.mark.parametrize(("connected", "warned"), [(True, True), (False, False)])
+@pytest.mark.parametrize(("reason", "warned"), [
+    (NO_PARTITIONS, True), ("the broker did not answer the last check", False)])
 async def test_the_missing_partitions_warning_waits_for_a_broker_that_answers(
-        connected: bool, warned: bool) -> None:
+        reason: str, warned: bool) -> None:
     # During a broker outage the worker is unready too; "no partitions assigned" (a topic
     # or replica-count problem) would send the operator the wrong way.
     metrics = Metrics()
     with structlog.testing.capture_logs() as logs:
         task = asyncio.create_task(watch_readiness(
-            lambda: False, metrics, None, ["in"], warn_after_s=0.0,
-            connected=lambda: connected))
+            lambda: reason, metrics, None, ["in"], warn_after_s=0.0))
         await asyncio.sleep(1.2)  # the watcher looks once a second
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
     assert ("no_partitions_assigned" in [e["event"] for e in logs]) is warned
     assert metrics.registry.get_sample_value("evalstream_ready") == 0
+    # Why it is not ready is logged, once (the kubelet does not show the /readyz body).
+    changes = [e for e in logs if e["event"] == "readiness"]
+    assert [(e["ready"], e["reason"]) for e in changes] == [(False, reason)]
+
+
+async def test_each_change_of_readiness_is_logged_once() -> None:
+    states = iter([None, None, NO_PARTITIONS, NO_PARTITIONS, "stopping"])
+    current: list[str | None] = [None]
+
+    def not_ready() -> str | None:
+        current[0] = next(states, current[0])
+        return current[0]
+
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.create_task(watch_readiness(
+            not_ready, Metrics(), asyncio.Event(), ["in"], warn_after_s=60.0))
+        # It looks once a second while ready, then every 50 ms: ~2 s for these five.
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            if current[0] == "stopping":
+                break
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    changes = [(e["ready"], e["reason"]) for e in logs if e["event"] == "readiness"]
+    assert changes == [(True, None), (False, NO_PARTITIONS), (False, "stopping")]

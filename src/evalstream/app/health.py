@@ -20,7 +20,10 @@ from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
 from evalstream.sources.base import Source
 
-__all__ = ["HealthServer", "watch_connection", "watch_lag", "watch_readiness"]
+__all__ = ["NO_PARTITIONS", "HealthServer", "watch_connection", "watch_lag", "watch_readiness"]
+
+#: The reason a connected worker is not ready when the group gave it no partition.
+NO_PARTITIONS = "no partitions assigned"
 
 log = get_logger(__name__)
 
@@ -37,8 +40,8 @@ class HealthServer:
         port: Port to bind (0 picks a free one; see :attr:`port`).
         registry: The registry /metrics exposes.
         not_ready: Why the worker is not ready (e.g. ``no partitions assigned``), or None when
-            it is; /readyz answers 503 with the reason, so on-call sees it in
-            ``kubectl describe`` and a probe's output.
+            it is; /readyz answers 503 with the reason (for ``curl``; the kubelet keeps
+            probe bodies out of its events, so ``watch_readiness`` logs it too).
     """
 
     def __init__(self, host: str, port: int, registry: CollectorRegistry,
@@ -147,28 +150,35 @@ async def watch_connection(source: Source, interval_s: float = 5.0,
         await asyncio.sleep(interval_s)
 
 
-async def watch_readiness(is_ready: Callable[[], bool], metrics: Metrics,
+async def watch_readiness(not_ready: Callable[[], str | None], metrics: Metrics,
                           ready_event: asyncio.Event | None, inputs: Sequence[str],
-                          warn_after_s: float = 60.0,
-                          connected: Callable[[], bool] = lambda: True) -> None:
-    """Mirror readiness into ``evalstream_ready``, set ``ready_event``, warn when stuck.
+                          warn_after_s: float = 60.0) -> None:
+    """Mirror readiness into ``evalstream_ready``, set ``ready_event``, log each change.
 
-    The warning names missing partitions only while ``connected``: a broker that does not
-    answer is logged by the connection check, and is not a topic problem.
+    Every change of the reason ``not_ready`` gives is logged (``readiness``): the kubelet
+    keeps a failed probe's body out of its events, so the logs are where on-call reads why
+    a pod is not ready. A worker left without partitions for ``warn_after_s`` also gets a
+    warning naming its inputs; a broker that does not answer is a different reason (and is
+    logged by the connection check), not a topic problem.
     """
     loop = asyncio.get_running_loop()
     unready_since = loop.time()
     warned = False
+    last: str | None = ""  # no reason yet: the first state is logged too
     while True:
-        ready = is_ready()
-        metrics.ready.set(1 if ready else 0)
-        if ready:
+        reason = not_ready()
+        metrics.ready.set(1 if reason is None else 0)
+        if reason != last:
+            log.info("readiness", ready=reason is None, reason=reason)
+            last = reason
+        if reason is None:
             unready_since = loop.time()
             warned = False
             if ready_event is not None:
                 ready_event.set()
-        elif not warned and loop.time() - unready_since > warn_after_s and connected():
+        elif (reason == NO_PARTITIONS and not warned
+              and loop.time() - unready_since > warn_after_s):
             # Usually a misspelt or missing input topic, or more replicas than partitions.
             log.warning("no_partitions_assigned", waited_s=warn_after_s, inputs=list(inputs))
             warned = True
-        await asyncio.sleep(0.05 if ready_event is not None and not ready else 1.0)
+        await asyncio.sleep(0.05 if ready_event is not None and reason is not None else 1.0)

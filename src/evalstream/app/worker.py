@@ -31,6 +31,7 @@ from evalstream import __version__
 from evalstream.app.checks import check_route_topics
 from evalstream.app.commits import Committer
 from evalstream.app.health import (
+    NO_PARTITIONS,
     HealthServer,
     watch_connection,
     watch_lag,
@@ -172,7 +173,7 @@ class Worker:
             return "the broker did not answer the last check"
         if not self.source.assignment():
             # e.g. more replicas than partitions, or an input topic that does not exist
-            return "no partitions assigned"
+            return NO_PARTITIONS
         return None
 
     def request_stop(self) -> None:
@@ -206,9 +207,8 @@ class Worker:
             asyncio.create_task(watch_connection(self.source, _CONNECTION_CHECK_S),
                                 name="connection"),
             asyncio.create_task(watch_readiness(
-                self.is_ready, self.metrics, ready_event,
-                [t.topic for t in self.settings.inputs], _UNASSIGNED_WARNING_S,
-                lambda: self.source.connected), name="ready"),
+                self.not_ready, self.metrics, ready_event,
+                [t.topic for t in self.settings.inputs], _UNASSIGNED_WARNING_S), name="ready"),
         ]
         observer_tasks = [
             asyncio.create_task(run_observer(obs, self.outputs.alert, self._observers_stop,
