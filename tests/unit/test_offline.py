@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import math
 import re
@@ -18,9 +19,11 @@ from evalstream.app.offline_report import (
     expected_calibration_error,
     macro_f1,
 )
+from evalstream.app.pipeline import Pipeline
 from evalstream.config import EvaluatorSpec, InputTopic, Route, Settings
 from evalstream.errors import ConfigError
 from evalstream.events import EvalResult, load_json
+from evalstream.judges.base import Judgement, JudgeRequest
 from tests.support.scripted_judge import ScriptedJudge
 
 
@@ -156,7 +159,7 @@ async def test_run_closes_the_pipeline_when_writing_a_result_fails(
     async def aclose(self: object) -> None:
         closed.append(True)
 
-    monkeypatch.setattr(offline.Pipeline, "aclose", aclose)
+    monkeypatch.setattr(Pipeline, "aclose", aclose)
     items = list(offline.read_items([write(tmp_path / "r.jsonl", [
         evaldata(1, "refusal", False, input="q", output="No.")])]))
     sink = (tmp_path / "out.jsonl").open("wb")
@@ -164,6 +167,37 @@ async def test_run_closes_the_pipeline_when_writing_a_result_fails(
     with pytest.raises(ValueError, match="closed file"):
         await offline.run(offline.default_settings(["refusal"]), items, topic="t", sink=sink)
     assert closed == [True]
+
+
+async def test_run_stops_the_other_evaluations_before_closing_their_clients(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    order: list[str] = []
+
+    class Stalling(ScriptedJudge):
+        async def judge(self, request: JudgeRequest) -> Judgement:
+            if request.field("output") == "stall":
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    order.append("cancelled")
+                    raise
+            return await super().judge(request)
+
+    async def aclose(self: object) -> None:
+        order.append("closed")
+
+    monkeypatch.setattr(Pipeline, "aclose", aclose)
+    items = list(offline.read_items([write(tmp_path / "r.jsonl", [
+        evaldata(1, "refusal", False, input="q", output="stall"),
+        evaldata(2, "refusal", False, input="q", output="No.")])]))
+    sink = (tmp_path / "out.jsonl").open("wb")
+    sink.close()  # the second item's result cannot be written: the run fails
+    settings = Settings(routes=[Route(name="all", evaluators=[
+        EvaluatorSpec(evaluator="refusal")])])
+    with pytest.raises(ValueError, match="closed file"):
+        await offline.run(settings, items, topic="t", sink=sink, concurrency=2,
+                          judges={"builtin": Stalling({"refusal": {"yes": 0.9}})})
+    assert order == ["cancelled", "closed"]
 
 
 def test_main_with_builtin_judge_writes_results_and_markdown(tmp_path: Path,

@@ -301,9 +301,15 @@ async def run(settings: Settings, items: Sequence[Item], *, topic: str, concurre
                 if progress is not None and task is not None:
                     progress.advance(task)
 
+        workers = [asyncio.create_task(worker()) for _ in range(max(1, concurrency))]
         try:
-            await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
-        finally:  # an evaluation that raised must not leave the evaluators' clients open
+            await asyncio.gather(*workers)
+        finally:
+            # One worker raised (or we were cancelled): stop the others before closing the
+            # clients they are using, and never leave those clients open.
+            for running in workers:
+                running.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
             await pipeline.aclose()
         summary.skipped = {
             sample.labels["reason"]: int(sample.value)
