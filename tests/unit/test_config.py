@@ -70,6 +70,24 @@ def test_poll_interval_must_outlast_every_judge_deadline(tmp_path: Path) -> None
     assert load_settings(None).kafka.max_poll_interval_ms > 3 * 300 * 1000  # default deadline
 
 
+def test_a_cascades_steps_add_up_against_the_poll_interval(tmp_path: Path) -> None:
+    # A cascade may escalate: one call is its first step's deadline plus its second's.
+    judges = ("judges:\n"
+              "  small: {type: openai, base_url: 'http://127.0.0.1:1/v1', model: s, "
+              "deadline_s: 150}\n"
+              "  large: {type: openai, base_url: 'http://127.0.0.1:1/v1', model: l, "
+              "deadline_s: 300}\n"
+              "  both: {type: cascade, first: small, then: large}\n")
+    with pytest.raises(ConfigError, match=r"must exceed 3 x the deadline_s of judges.both's "
+                                          r"steps added \(1350 s\)"):
+        load_settings(write(tmp_path, judges))
+    assert load_settings(write(tmp_path, judges + "kafka: {max_poll_interval_ms: 1400000}\n"))
+    # Cascades that refer to each other are reported by name elsewhere, not looped on here.
+    cycle = ("judges:\n  a: {type: cascade, first: builtin, then: b}\n"
+             "  b: {type: cascade, first: builtin, then: a}\n")
+    assert load_settings(write(tmp_path, cycle)).judges["a"].type == "cascade"
+
+
 def test_empty_or_unreadable_api_key_file_fails_at_start_up(tmp_path: Path) -> None:
     key = tmp_path / "key"
     judge = ("judges:\n  gpt: {type: openai, base_url: 'http://127.0.0.1:1/v1', model: m, "

@@ -17,6 +17,7 @@ __all__ = [
     "JudgeConfig",
     "OpenAIJudgeConfig",
     "judge_identity",
+    "longest_call_s",
     "redact_url",
 ]
 
@@ -131,3 +132,20 @@ def judge_identity(judges: Mapping[str, JudgeConfig], name: str) -> Any:
                         judge_identity(judges, config.then)],
             "min_confidence": config.min_confidence}
 
+
+
+def longest_call_s(judges: Mapping[str, JudgeConfig], name: str,
+                   _seen: frozenset[str] = frozenset()) -> float:
+    """The longest one call to judge ``name`` can take, in seconds: an OpenAI judge's
+    ``deadline_s``, a cascade's steps added (it may escalate), 0 for the builtin judge.
+
+    A cascade met again on its own path counts 0: the cycle is reported when the judges
+    are built.
+    """
+    config = judges.get(name)
+    if isinstance(config, OpenAIJudgeConfig):
+        return config.deadline_s
+    if not isinstance(config, CascadeJudgeConfig) or name in _seen:
+        return 0.0
+    seen = _seen | {name}
+    return longest_call_s(judges, config.first, seen) + longest_call_s(judges, config.then, seen)

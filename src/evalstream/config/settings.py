@@ -13,7 +13,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from evalstream.config.drift import DriftSettings
-from evalstream.config.judges import CascadeJudgeConfig, JudgeConfig, OpenAIJudgeConfig
+from evalstream.config.judges import CascadeJudgeConfig, JudgeConfig, longest_call_s
 from evalstream.config.kafka import InputTopic, KafkaSettings, TopicSettings
 from evalstream.config.routes import EvaluatorSpec, Route, SamplingSettings
 from evalstream.config.section import Section
@@ -147,14 +147,14 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _poll_interval_outlasts_judge_calls(self) -> Settings:
         for name, judge in self.judges.items():
-            if not isinstance(judge, OpenAIJudgeConfig):
-                # The builtin judge answers at once; a cascade's steps are judges of their own.
-                continue
-            longest = judge.deadline_s * _JUDGE_CALLS_IN_A_ROW
+            # A cascade may call both its steps: their deadlines add up.
+            longest = longest_call_s(self.judges, name) * _JUDGE_CALLS_IN_A_ROW
+            what = (f"judges.{name}.deadline_s" if not isinstance(judge, CascadeJudgeConfig)
+                    else f"the deadline_s of judges.{name}'s steps added")
             if longest * 1000 >= self.kafka.max_poll_interval_ms:
                 raise ValueError(
                     f"kafka.max_poll_interval_ms ({self.kafka.max_poll_interval_ms}) must exceed "
-                    f"{_JUDGE_CALLS_IN_A_ROW} x judges.{name}.deadline_s ({longest:g} s): an "
+                    f"{_JUDGE_CALLS_IN_A_ROW} x {what} ({longest:g} s): an "
                     f"evaluation makes up to {_JUDGE_CALLS_IN_A_ROW} judge calls in a row, "
                     f"intake can wait that long for a free slot, and a consumer that does "
                     f"not poll leaves its group")
