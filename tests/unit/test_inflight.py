@@ -87,3 +87,14 @@ def test_shared_deadline_gives_each_step_what_is_left_within_bounds() -> None:
     assert 0.05 <= tight.step() <= 0.3  # what is left of the total
     time.sleep(0.35)
     assert tight.step() == 0.05  # spent: every step still gets its minimum
+
+
+def test_partitions_assigned_while_paused_are_paused_too() -> None:
+    slots, source, _ = limiter(1)
+    slots.assigned()
+    assert not source.paused  # intake running: new partitions are fetched
+    slots.set_paused(True)
+    source.resume()  # what newly assigned partitions are: not paused
+    slots.assigned()
+    assert source.paused
+    assert slots.paused

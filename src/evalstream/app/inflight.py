@@ -33,14 +33,26 @@ class InFlight:
         self._freed = asyncio.Event()
         self._source = source
         self._metrics = metrics
-        #: Evaluations started and not finished.
-        self.count = 0
-        #: The highest ``count`` seen.
-        self.peak = 0
-        #: Whether the source's partitions are paused for want of a slot.
-        self.paused = False
-        metrics.in_flight.set_function(lambda: self.count)
-        metrics.in_flight_peak.set_function(lambda: self.peak)
+        self._count = 0
+        self._peak = 0
+        self._paused = False
+        metrics.in_flight.set_function(lambda: self._count)
+        metrics.in_flight_peak.set_function(lambda: self._peak)
+
+    @property
+    def count(self) -> int:
+        """Evaluations started and not finished."""
+        return self._count
+
+    @property
+    def peak(self) -> int:
+        """The highest ``count`` seen."""
+        return self._peak
+
+    @property
+    def paused(self) -> bool:
+        """Whether the source's partitions are paused for want of a slot."""
+        return self._paused
 
     @property
     def full(self) -> bool:
@@ -52,13 +64,13 @@ class InFlight:
         if self._slots.locked():
             self.set_paused(True)
         await self._slots.acquire()
-        self.count += 1
-        if self.count > self.peak:
-            self.peak = self.count
+        self._count += 1
+        if self._count > self._peak:
+            self._peak = self._count
 
     def release(self) -> None:
         """Give a slot back."""
-        self.count -= 1
+        self._count -= 1
         self._slots.release()
         self._freed.set()
 
@@ -69,11 +81,16 @@ class InFlight:
         if self._slots.locked():
             await wait_set(self._freed, timeout_s)
 
+    def assigned(self) -> None:
+        """Partitions were assigned: keep them paused too while intake is paused."""
+        if self._paused:
+            self._source.pause()
+
     def set_paused(self, paused: bool) -> None:
         """Pause or resume the source's partitions (nothing when already so)."""
-        if paused == self.paused:
+        if paused == self._paused:
             return
-        self.paused = paused
+        self._paused = paused
         if paused:
             self._source.pause()
             self._metrics.backpressure_pauses.inc()

@@ -258,8 +258,7 @@ class Worker:
         """Track the new partitions; keep them paused while intake is paused."""
         self._generation += 1
         self.tracker.assign(tps)
-        if self.slots.paused:
-            self.source.pause()
+        self.slots.assigned()
         log.info("partitions_assigned", partitions=[f"{t}:{p}" for t, p in sorted(tps)])
 
     async def on_revoked(self, tps: Sequence[TP]) -> None:
