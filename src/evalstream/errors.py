@@ -11,6 +11,7 @@ __all__ = [
     "JudgeUnavailableError",
     "JudgeUnsupportedError",
     "OutputRejectedError",
+    "OutputTopicMissingError",
     "SinkError",
     "SkipEvaluation",
     "SourceError",
@@ -78,6 +79,11 @@ class SourceError(EvalstreamError):
 
 class SinkError(EvalstreamError):
     """A result, alert or dead letter could not be made durable."""
+
+
+class OutputTopicMissingError(SinkError):
+    """An output topic does not exist (on a broker that does not create topics): start-up
+    waits for it as for the broker, but says so, since the fix is to create the topic."""
 
 
 class OutputRejectedError(EvalstreamError):

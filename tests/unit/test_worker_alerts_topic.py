@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import structlog
 from aiokafka.errors import UnknownTopicOrPartitionError
 
 from evalstream.app.worker import Worker
@@ -54,3 +55,17 @@ async def test_drift_off_does_not_need_the_alerts_topic(
     worker = Worker(settings(topics=TOPICS), judges=JUDGES)  # drift off
     await worker.sink.start()
     await worker.sink.stop()
+
+
+async def test_a_missing_output_topic_is_logged_as_such_while_start_up_waits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sink_module, "AIOKafkaProducer", _Producer)
+    worker = Worker(settings(topics=TOPICS, drift={"enabled": True},
+                             kafka={"bootstrap_servers": "127.0.0.1:1",
+                                    "connect_timeout_s": 0.6}), judges=JUDGES)
+    with structlog.testing.capture_logs() as logs:
+        assert await worker.run() == 1  # still missing when the time is up
+    events = [e["event"] for e in logs]
+    # The fix is to create the topic, not to look at the network.
+    assert "output_topic_missing" in events
+    assert "broker_unreachable" not in events

@@ -46,7 +46,13 @@ from evalstream.app.pipeline import Pipeline, Planned
 from evalstream.app.signals import install_stop_signals
 from evalstream.app.waits import SharedDeadline, wait_set
 from evalstream.config import Settings
-from evalstream.errors import DecodeError, OutputRejectedError, SinkError, SourceError
+from evalstream.errors import (
+    DecodeError,
+    OutputRejectedError,
+    OutputTopicMissingError,
+    SinkError,
+    SourceError,
+)
 from evalstream.events import EvalResult, Record, TraceEvent
 from evalstream.judges.base import Judge
 from evalstream.judges.registry import build_judges, close_judges
@@ -247,7 +253,11 @@ class Worker:
                     return  # asked to stop meanwhile: nothing was taken, a clean exit
                 if loop.time() + backoff > deadline:
                     raise
-                log.warning("broker_unreachable", error=str(exc), retry_in_s=backoff)
+                # A missing output topic waits like the broker (an operator may be creating
+                # it), but is named for what it is: the fix is a topic, not the network.
+                event = ("output_topic_missing" if isinstance(exc, OutputTopicMissingError)
+                         else "broker_unreachable")
+                log.warning(event, error=str(exc), retry_in_s=backoff)
             if await wait_set(self._stop, backoff):
                 return
             backoff = min(backoff * 2, _CONNECT_BACKOFF_MAX_S)

@@ -23,7 +23,7 @@ from aiokafka.errors import (
 )
 
 from evalstream.config import KafkaSettings, TopicSettings
-from evalstream.errors import OutputRejectedError, SinkError
+from evalstream.errors import OutputRejectedError, OutputTopicMissingError, SinkError
 from evalstream.events import Alert, EvalResult, Record, dump_json
 from evalstream.logging import get_logger
 from evalstream.sinks.headers import DLQ_TRUNCATED, dead_letter_headers, result_headers
@@ -117,7 +117,7 @@ class KafkaSink:
                 await producer.partitions_for(topic)
             except KafkaError as exc:
                 await producer.stop()
-                raise SinkError(f"output topic {topic!r} is not available "
+                raise OutputTopicMissingError(f"output topic {topic!r} is not available "
                                 f"({type(exc).__name__}): create it, or let the broker "
                                 f"auto-create topics") from exc
         self._producer = producer
