@@ -133,7 +133,6 @@ def judge_identity(judges: Mapping[str, JudgeConfig], name: str) -> Any:
             "min_confidence": config.min_confidence}
 
 
-
 def longest_call_s(judges: Mapping[str, JudgeConfig], name: str,
                    _seen: frozenset[str] = frozenset()) -> float:
     """The longest one call to judge ``name`` can take, in seconds: an OpenAI judge's

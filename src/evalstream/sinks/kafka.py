@@ -117,9 +117,9 @@ class KafkaSink:
                 await producer.partitions_for(topic)
             except KafkaError as exc:
                 await producer.stop()
-                raise OutputTopicMissingError(f"output topic {topic!r} is not available "
-                                f"({type(exc).__name__}): create it, or let the broker "
-                                f"auto-create topics") from exc
+                raise OutputTopicMissingError(
+                    f"output topic {topic!r} is not available ({type(exc).__name__}): "
+                    f"create it, or let the broker auto-create topics") from exc
         self._producer = producer
 
     def _require(self) -> AIOKafkaProducer:

@@ -89,12 +89,7 @@ class KafkaSource:
         assigned = sorted(consumer.assignment())
         if not assigned:
             return  # not ready anyway; nothing to ask about
-        try:
-            async with asyncio.timeout(timeout_s):
-                await consumer.end_offsets(assigned[:1])
-            reachable = True
-        except (KafkaError, TimeoutError):
-            reachable = False
+        reachable = await _end_offsets(consumer, assigned[:1], timeout_s) is not None
         if reachable != self._reachable:
             if reachable:
                 log.info("broker_reachable")
@@ -196,14 +191,10 @@ class KafkaSource:
         # stands still: with every evaluation slot taken - a slow judge, when lag matters -
         # the gauge would read 0 while the backlog grows. Ask the broker for those; Tansu's
         # end offset can fall short (module note), so the larger of the two is kept.
-        ends: dict[TopicPartition, int] = {}
         paused = sorted(consumer.paused() & consumer.assignment())
+        ends: dict[TopicPartition, int] = {}
         if paused:
-            try:
-                async with asyncio.timeout(_END_OFFSETS_TIMEOUT_S):
-                    ends = await consumer.end_offsets(paused)
-            except (KafkaError, TimeoutError):
-                ends = {}
+            ends = await _end_offsets(consumer, paused, _END_OFFSETS_TIMEOUT_S) or {}
         out: dict[TP, int] = {}
         for tp in list(consumer.assignment()):
             # position() awaits, and a rebalance meanwhile can take the next partition
@@ -227,3 +218,15 @@ class KafkaSource:
         self._connected = False
         if consumer is not None:
             await consumer.stop()
+
+
+async def _end_offsets(consumer: AIOKafkaConsumer, tps: list[TopicPartition],
+                       timeout_s: float) -> dict[TopicPartition, int] | None:
+    """The brokers' end offsets of ``tps``, or None when no answer came within ``timeout_s``
+    (aiokafka may otherwise wait indefinitely, e.g. for a partition that is gone)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            ends: dict[TopicPartition, int] = await consumer.end_offsets(tps)
+    except (KafkaError, TimeoutError):
+        return None
+    return ends
