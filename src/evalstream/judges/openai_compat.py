@@ -13,7 +13,9 @@ all of it and turns into ``JudgeUnavailableError``, which the pipeline publishes
 ``status: error``.
 
 The API key lives only in the client's default headers: it is never logged, never put in
-an exception message (messages are also scrubbed of it, in case a server echoes it).
+an exception message (messages are also scrubbed of it, in case a server echoes it). So
+are the other credentials a judge may be given (``masked_dump`` hides them all): the
+password in the ``base_url`` (and the Basic token made of it), and header and query values.
 
 The wire format itself (payloads per endpoint flavour, reading response and error bodies)
 lives in ``openai_wire.py``; this module is the client that sends it.
@@ -22,12 +24,14 @@ lives in ``openai_wire.py``; this module is the client that sends it.
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import httpx
 
@@ -97,6 +101,25 @@ def _backend_answered(error: JudgeError | None) -> bool:
     return error.status is not None and error.status != 200 and error.status < 500
 
 
+#: Header and query values shorter than this are not scrubbed from server messages: they
+#: are flags and versions ("1", "true"), and scrubbing them would mangle every message.
+_MIN_SCRUBBED_CHARS = 8
+
+
+def _credentials(config: OpenAIJudgeConfig, api_key: str | None) -> tuple[str, ...]:
+    """Every credential value of ``config``, in each form a server may echo it in,
+    longest first (so a value inside another is scrubbed after it)."""
+    url = httpx.URL(config.base_url)
+    found = {api_key, url.password}
+    if url.password:
+        found.add(base64.b64encode(f"{url.username}:{url.password}".encode()).decode())
+    found.update(v for v in (*config.headers.values(), *config.query.values())
+                 if len(v) >= _MIN_SCRUBBED_CHARS)
+    forms = {form for value in found if value
+             for form in (value, quote(value, safe=""), quote_plus(value))}
+    return tuple(sorted(forms, key=len, reverse=True))
+
+
 def _request_key(*parts: Any) -> str:
     blob = json.dumps(parts, ensure_ascii=False, sort_keys=True, default=str)
     return hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
@@ -118,6 +141,7 @@ class OpenAIJudge(Judge):
         self.config = config
         self._metrics = metrics
         self._secret = config.api_key.get_secret_value() if config.api_key else None
+        self._credentials = _credentials(config, self._secret)
         headers = dict(config.headers)
         if self._secret:
             is_bearer = config.api_key_header.lower() == "authorization"
@@ -403,8 +427,9 @@ class OpenAIJudge(Judge):
             self._metrics.judge_cost.labels(self.name).inc(cost)
 
     def _redact(self, text: str) -> str:
-        if self._secret and self._secret in text:
-            text = text.replace(self._secret, "***")
+        for secret in self._credentials:
+            if secret in text:
+                text = text.replace(secret, "***")
         return text
 
 
