@@ -159,21 +159,43 @@ def _env_names(field: str) -> list[str]:
     return sorted(n for n, parts in _environment().items() if parts[0] == field.lower())
 
 
+def _header_safe(key: str, where: str) -> str:
+    """``key`` without surrounding whitespace, checked for what an HTTP header can carry.
+
+    A key stored with a trailing newline (``kubectl create secret --from-file`` of a file
+    that ends with one, exposed as a variable) would otherwise fail every request as a
+    transport error, retried until each evaluation's deadline.
+
+    Raises:
+        ConfigError: naming ``where``, never echoing the key.
+    """
+    key = key.strip()
+    if not (key.isascii() and key.isprintable()):
+        raise ConfigError(f"{where}: the key holds a line break, a control or a non-ASCII "
+                          f"character, which an HTTP header cannot carry")
+    return key
+
+
 def _resolve_secrets(settings: Settings) -> Settings:
     """Fill judge API keys from their environment variable or file."""
     judges: dict[str, Any] = {}
     for name, judge in settings.judges.items():
-        if isinstance(judge, OpenAIJudgeConfig) and judge.api_key is None:
+        if isinstance(judge, OpenAIJudgeConfig):
             key: str | None = None
-            if judge.api_key_env:
+            where = f"judges.{name}.api_key"
+            if judge.api_key is not None:
+                key = judge.api_key.get_secret_value()
+            elif judge.api_key_env:
+                where = f"judges.{name}.api_key_env (environment variable {judge.api_key_env})"
                 key = os.environ.get(judge.api_key_env)
-                if not key:
+                if not key or not key.strip():
                     raise ConfigError(f"judges.{name}.api_key_env: environment variable "
                                       f"{judge.api_key_env} is not set or is empty")
             elif judge.api_key_file:
+                where = f"judges.{name}.api_key_file ({judge.api_key_file})"
                 key = read_secret_file(judge.api_key_file, f"judges.{name}.api_key_file")
             if key:
-                judge = judge.model_copy(update={"api_key": SecretStr(key)})
+                judge = judge.model_copy(update={"api_key": SecretStr(_header_safe(key, where))})
         judges[name] = judge
     return settings.model_copy(update={"judges": judges})
 
