@@ -33,13 +33,15 @@ API_KEY = "sk-sec-APIKEY-0123456789abcdef"
 URL_PASSWORD = "pw-URLPASS/+=9876"
 HEADER_KEY = "hdr-HEADERKEY-55555"
 QUERY_KEY = "qry-QUERYKEY-77777 x"
+USER_KEY = "usr-USERKEY-31415926"
 MARK = "CONTENT-MARK-ZQX7"
 
 
 def secret_forms() -> list[str]:
     """Every form a secret may be echoed in: raw, URL-encoded, as the Basic token."""
-    forms = [API_KEY, URL_PASSWORD, HEADER_KEY, QUERY_KEY,
-             base64.b64encode(f"bob:{URL_PASSWORD}".encode()).decode()]
+    forms = [API_KEY, URL_PASSWORD, HEADER_KEY, QUERY_KEY, USER_KEY,
+             base64.b64encode(f"bob:{URL_PASSWORD}".encode()).decode(),
+             base64.b64encode(f"{USER_KEY}:".encode()).decode()]
     return forms + [quote(v, safe="") for v in forms] + [quote(QUERY_KEY).replace("%20", "+")]
 
 
@@ -57,9 +59,12 @@ class EchoGateway(FakeLLM):
         return True
 
 
-def judge_config(url: str, *, userinfo: bool = True, **extra: Any) -> dict[str, Any]:
-    if userinfo:
+def judge_config(url: str, *, userinfo: str = "bob:password", **extra: Any
+                 ) -> dict[str, Any]:
+    if userinfo == "bob:password":
         url = url.replace("http://", f"http://bob:{quote(URL_PASSWORD, safe='')}@")
+    elif userinfo == "key as user":
+        url = url.replace("http://", f"http://{USER_KEY}@")
     return {"type": "openai", "base_url": url, "model": "m", "api_key_env": "SEC_TEST_KEY",
             "headers": {"X-Goog-Api-Key": HEADER_KEY}, "query": {"key": QUERY_KEY},
             "max_retries": 0, "timeout_s": 2.0, "deadline_s": 5.0, **extra}
@@ -67,9 +72,11 @@ def judge_config(url: str, *, userinfo: bool = True, **extra: Any) -> dict[str, 
 
 #: What the gateway echoes -> (header it echoes, judge settings).
 ECHOES: dict[str, tuple[str, dict[str, Any]]] = {
-    "bearer key": ("authorization", {"userinfo": False}),
+    "bearer key": ("authorization", {"userinfo": ""}),
     # The URL's user info becomes a Basic Authorization header (the key goes elsewhere).
     "basic credentials": ("authorization", {"api_key_header": "api-key"}),
+    "key as the URL's user name": ("authorization", {"api_key_header": "api-key",
+                                                     "userinfo": "key as user"}),
     "header key": ("x-goog-api-key", {}),
     "query key in the path": ("path", {}),
 }

@@ -111,9 +111,11 @@ def _credentials(config: OpenAIJudgeConfig, api_key: str | None) -> tuple[str, .
     longest first (so a value inside another is scrubbed after it)."""
     url = httpx.URL(config.base_url)
     found = {api_key, url.password}
-    if url.password:
+    if url.username or url.password:
+        # httpx sends the user info as HTTP Basic credentials; some gateways take the key
+        # as the user name (https://KEY@host), so a long one counts as a secret too.
         found.add(base64.b64encode(f"{url.username}:{url.password}".encode()).decode())
-    found.update(v for v in (*config.headers.values(), *config.query.values())
+    found.update(v for v in (url.username, *config.headers.values(), *config.query.values())
                  if len(v) >= _MIN_SCRUBBED_CHARS)
     forms = {form for value in found if value
              for form in (value, quote(value, safe=""), quote_plus(value))}
