@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 
-__all__ = ["WORD_RE", "Signal", "binary", "logistic", "scale", "signals_in", "words"]
+__all__ = ["WORD_RE", "Signal", "as_read", "binary", "logistic", "scale", "signals_in",
+           "words"]
 
 WORD_RE = re.compile(r"[a-z0-9']+")
 
@@ -58,3 +60,27 @@ def signals_in(text: str, signals: tuple[Signal, ...],
             total += weight
             hits.append(name)
     return total, hits
+
+
+# Invisible format characters (Unicode 15 category Cf: soft hyphen, zero-width, bidi
+# controls, word joiners, tags...): a reader, and a model, skips them, so "ig<ZWSP>nore"
+# still reads "ignore" while defeating a pattern. Those above U+FFFF have their own regex,
+# run only on text that has such characters (a class with them is ~4x slower to scan).
+_INVISIBLE = re.compile(
+    "[\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb]")
+_INVISIBLE_ASTRAL = re.compile(
+    "[\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]")
+
+
+def as_read(text: str) -> str:
+    """``text`` as a reader sees it: compatibility forms folded (fullwidth letters, odd
+    spaces: NFKC) and invisible characters dropped, so obfuscation cannot hide a word."""
+    if text.isascii():
+        return text
+    text = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
+    # Any character above U+FFFF takes two UTF-16 units (a C-speed test, unlike max()).
+    if len(text.encode("utf-16-le", "surrogatepass")) != 2 * len(text):
+        text = _INVISIBLE_ASTRAL.sub("", text)
+    return text

@@ -15,9 +15,8 @@ Weights were set on ``evaldata/dev``.
 from __future__ import annotations
 
 import re
-import unicodedata
 
-from evalstream.judges.builtin._common import Signal, binary, logistic, signals_in
+from evalstream.judges.builtin._common import Signal, as_read, binary, logistic, signals_in
 
 __all__ = ["injection_probability", "score_injection"]
 
@@ -75,27 +74,9 @@ _SIGNALS: tuple[Signal, ...] = tuple(
 _BIAS = -0.95
 
 
-# Invisible format characters (Unicode 15 category Cf: soft hyphen, zero-width, bidi
-# controls, word joiners, tags...): a reader, and a model, skips them, so "ig<ZWSP>nore"
-# still reads "ignore" while defeating a pattern.
-_INVISIBLE = re.compile(
-    "[\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
-    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
-    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
-    "\U000e0020-\U000e007f]")
-
-
-def _as_read(text: str) -> str:
-    """``text`` as a reader sees it: compatibility forms folded (fullwidth letters, odd
-    spaces: NFKC) and invisible characters dropped, so obfuscation cannot hide a move."""
-    if text.isascii():
-        return text
-    return _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
-
-
 def injection_probability(text: str) -> tuple[float, list[str]]:
     """Probability that ``text`` is a prompt-injection attempt, and the moves found."""
-    total, hits = signals_in(_as_read(text), _SIGNALS, _BIAS)
+    total, hits = signals_in(as_read(text), _SIGNALS, _BIAS)
     return logistic(total), hits
 
 

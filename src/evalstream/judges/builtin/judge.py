@@ -13,6 +13,7 @@ from typing import Any
 from evalstream.errors import JudgeUnsupportedError
 from evalstream.events import JudgeInfo
 from evalstream.judges.base import GenerateRequest, Generation, Judge, Judgement, JudgeRequest
+from evalstream.judges.builtin._common import as_read
 from evalstream.judges.builtin.frustration import score_frustration
 from evalstream.judges.builtin.generate import extract_role, summarise
 from evalstream.judges.builtin.injection import score_injection
@@ -38,7 +39,7 @@ def _required(request: JudgeRequest, name: str) -> str:
 
 
 def _refusal(request: JudgeRequest) -> tuple[dict[str, float], str]:
-    return score_refusal(_required(request, "output"))
+    return score_refusal(as_read(_required(request, "output")))
 
 
 def _text(request: JudgeRequest) -> str:
@@ -54,7 +55,8 @@ def _text(request: JudgeRequest) -> str:
 
 def _on_text(fn: Callable[[str], tuple[dict[str, float], str]]) -> Scorer:
     def scorer(request: JudgeRequest) -> tuple[dict[str, float], str]:
-        return fn(_text(request))
+        # Read as a reader does: an invisible or fullwidth character must not hide a word.
+        return fn(as_read(_text(request)))
 
     return scorer
 
