@@ -5,10 +5,13 @@ A key exposed as an environment variable from a Kubernetes Secret made with
 every judge request used to fail as a retryable transport error until its deadline, with
 nothing saying why. A key with a line break inside, a control or a non-ASCII character is
 refused when the configuration is loaded, naming where it came from and never echoing it.
+So is a ``base_url`` httpx cannot use (a bad or out-of-range port, no host), with the
+credentials it may hold masked.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -75,4 +78,31 @@ def test_a_key_no_header_can_carry_is_refused_at_load_without_echoing_it(
     assert main(["check-config", str(config)]) == EXIT_CONFIG
     captured = capsys.readouterr()
     assert "judges.llm.api_key" in captured.err
+    assert KEY not in captured.out + captured.err
+
+
+@pytest.mark.parametrize(("base_url", "problem"), [
+    (f"http://bob:{KEY}@host:abc/v1", "Invalid port"),
+    (f"http://bob:{KEY}@[::1/v1", "Invalid port"),
+    (f"http://bob:{KEY}\x01@host/v1", "non-printable"),
+    (f"http://bob:{KEY}@host:99999/v1", "out of range"),
+    ("http:///v1", "no host"),
+])
+@pytest.mark.parametrize("command", ["check-config", "run"])
+def test_an_unusable_base_url_is_a_config_error_that_hides_its_credentials(
+        base_url: str, problem: str, command: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """It used to escape as an httpx.InvalidURL traceback (exit 1) when the judge was built,
+    or, for an out-of-range port or no host, fail every request at run time."""
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "kafka: {bootstrap_servers: '127.0.0.1:9', connect_timeout_s: 0}\n"
+        f"judges:\n  llm: {{type: openai, base_url: {json.dumps(base_url)}, model: m}}\n"
+        "routes: [{name: r, evaluators: [{evaluator: refusal, judge: llm}]}]\n",
+        encoding="utf-8")
+    argv = [command, str(config)] if command == "check-config" else ["run", "-c", str(config)]
+    assert main(argv) == EXIT_CONFIG
+    captured = capsys.readouterr()
+    assert "judges.llm" in captured.err
+    assert problem in captured.err
     assert KEY not in captured.out + captured.err

@@ -37,6 +37,29 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{MASK}@{host}"))
 
 
+def _url_problem(url: str) -> str | None:
+    """Why httpx, which sends the judge's requests, cannot use ``url`` (None when it can).
+
+    httpx's own message may quote parts of the URL: any user info in it is masked.
+    """
+    import httpx  # only configs with an LLM judge pay for importing it here
+
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        message = str(exc)
+        userinfo = url.split("//", 1)[-1].split("/", 1)[0].rpartition("@")[0]
+        for part in sorted({userinfo, *userinfo.split(":")}, key=len, reverse=True):
+            if part:
+                message = message.replace(part, MASK)
+        return message
+    if not parsed.host:
+        return "it names no host"
+    if parsed.port is not None and not 0 < parsed.port < 65536:
+        return f"port {parsed.port} is out of range"
+    return None
+
+
 class BuiltinJudgeConfig(Section):
     """The offline judge: lexicons and patterns, no network."""
 
@@ -92,6 +115,11 @@ class OpenAIJudgeConfig(Section):
             raise ValueError("give api_key_env or api_key_file, not both")
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https:// "
+                             f"(got {redact_url(self.base_url)!r})")
+        problem = _url_problem(self.base_url)
+        if problem is not None:
+            # Caught here, it is a config error (exit 2), not an httpx traceback at start-up.
+            raise ValueError(f"base_url is not a usable URL: {problem} "
                              f"(got {redact_url(self.base_url)!r})")
         secretish = {h.lower() for h in self.headers} & {"authorization", "api-key", "x-api-key"}
         if secretish:
