@@ -106,3 +106,22 @@ def test_an_unusable_base_url_is_a_config_error_that_hides_its_credentials(
     assert "judges.llm" in captured.err
     assert problem in captured.err
     assert KEY not in captured.out + captured.err
+
+
+@pytest.mark.parametrize("headers", [{"X-Goog-Api-Key": f"{KEY}\n"},
+                                     {"X-Goog-Api-Key": f"{KEY}\u00e9"},
+                                     {"X-Bad Name": "v"}, {"X-Key\r\nX-Injected": "1"}])
+def test_headers_no_request_can_carry_are_refused_without_echoing_their_values(
+        headers: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A line break used to fail every request as a retried transport error; a non-ASCII
+    value crashed start-up with a UnicodeEncodeError."""
+    monkeypatch.setenv("EVALSTREAM_JUDGES__LLM__HEADERS", json.dumps(headers))
+    config = tmp_path / "c.yaml"
+    config.write_text("judges:\n  llm: {type: openai, base_url: 'http://127.0.0.1:9/v1', "
+                      "model: m}\n", encoding="utf-8")
+    assert main(["check-config", str(config)]) == EXIT_CONFIG
+    captured = capsys.readouterr()
+    assert "judges.llm" in captured.err
+    assert "printable ASCII" in captured.err
+    assert KEY not in captured.out + captured.err

@@ -60,6 +60,11 @@ def _url_problem(url: str) -> str | None:
     return None
 
 
+def _header_safe(text: str) -> bool:
+    """Whether an HTTP header can carry ``text`` as it is."""
+    return text.isascii() and text.isprintable()
+
+
 class BuiltinJudgeConfig(Section):
     """The offline judge: lexicons and patterns, no network."""
 
@@ -121,6 +126,16 @@ class OpenAIJudgeConfig(Section):
             # Caught here, it is a config error (exit 2), not an httpx traceback at start-up.
             raise ValueError(f"base_url is not a usable URL: {problem} "
                              f"(got {redact_url(self.base_url)!r})")
+        # What httpx cannot send fails every request (a line break: a transport error,
+        # retried until the deadline) or crashes start-up (non-ASCII): say so here, naming
+        # the header, never its value (which may be a key).
+        unsendable = sorted(name for name, value in
+                            [*self.headers.items(), (self.api_key_header, "x")]
+                            if not _header_safe(value) or not _header_safe(name)
+                            or not name or " " in name)
+        if unsendable:
+            raise ValueError(f"headers {unsendable}: names and values must be printable "
+                             f"ASCII without line breaks or control characters")
         secretish = {h.lower() for h in self.headers} & {"authorization", "api-key", "x-api-key"}
         if secretish:
             # The key belongs in api_key_*: those are SecretStr from the environment or a file.
