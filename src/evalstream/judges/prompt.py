@@ -19,6 +19,7 @@ import re
 from collections.abc import Sequence
 
 from evalstream.judges.base import GenerateRequest, JudgeRequest
+from evalstream.judges.invisible import FORMAT_ASTRAL, FORMAT_BMP, has_astral
 
 __all__ = [
     "DATA_CLOSE",
@@ -49,12 +50,8 @@ _PREAMBLE = (
 _ASCII_ESCAPED = ("<", ">", "`", "\x7f")
 _ESCAPED_BMP = re.compile(
     "[\u02c2\u02c3\u1438\u1433\u1fef\u2039\u203a\u2329\u232a\u27e8\u27e9"
-    "\u3008\u3009\ufe64\ufe65\uff1c\uff1e\uff40\x80-\x9f\u2028\u2029\ufe00-\ufe0f"
-    "\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
-    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb]")
-_ESCAPED_ASTRAL = re.compile(
-    "[\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
-    "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f\U000e0100-\U000e01ef]")
+    f"\u3008\u3009\ufe64\ufe65\uff1c\uff1e\uff40\x80-\x9f\u2028\u2029\ufe00-\ufe0f{FORMAT_BMP}]")
+_ESCAPED_ASTRAL = re.compile(f"[{FORMAT_ASTRAL}\U000e0100-\U000e01ef]")
 
 
 def _json_escape(match: re.Match[str]) -> str:
@@ -74,8 +71,7 @@ def _escape(body: str) -> str:
     if body.isascii():
         return body
     body = _ESCAPED_BMP.sub(_json_escape, body)
-    # Any character above U+FFFF takes two UTF-16 units (a C-speed test, unlike max()).
-    if len(body.encode("utf-16-le", "surrogatepass")) != 2 * len(body):
+    if has_astral(body):
         body = _ESCAPED_ASTRAL.sub(_json_escape, body)
     return body
 

@@ -6,6 +6,8 @@ import math
 import re
 import unicodedata
 
+from evalstream.judges.invisible import FORMAT_ASTRAL, FORMAT_BMP, has_astral
+
 __all__ = ["WORD_RE", "Signal", "as_read", "binary", "logistic", "scale", "signals_in",
            "words"]
 
@@ -62,16 +64,9 @@ def signals_in(text: str, signals: tuple[Signal, ...],
     return total, hits
 
 
-# Invisible format characters (Unicode 15 category Cf: soft hyphen, zero-width, bidi
-# controls, word joiners, tags...): a reader, and a model, skips them, so "ig<ZWSP>nore"
-# still reads "ignore" while defeating a pattern. Those above U+FFFF have their own regex,
-# run only on text that has such characters (a class with them is ~4x slower to scan).
-_INVISIBLE = re.compile(
-    "[\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
-    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb]")
-_INVISIBLE_ASTRAL = re.compile(
-    "[\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
-    "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]")
+# Dropped by ``as_read``. The class above U+FFFF runs only on text that has such characters.
+_INVISIBLE = re.compile(f"[{FORMAT_BMP}]")
+_INVISIBLE_ASTRAL = re.compile(f"[{FORMAT_ASTRAL}]")
 
 
 def as_read(text: str) -> str:
@@ -80,7 +75,6 @@ def as_read(text: str) -> str:
     if text.isascii():
         return text
     text = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
-    # Any character above U+FFFF takes two UTF-16 units (a C-speed test, unlike max()).
-    if len(text.encode("utf-16-le", "surrogatepass")) != 2 * len(text):
+    if has_astral(text):
         text = _INVISIBLE_ASTRAL.sub("", text)
     return text
