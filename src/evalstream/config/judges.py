@@ -16,6 +16,7 @@ __all__ = [
     "CascadeJudgeConfig",
     "JudgeConfig",
     "OpenAIJudgeConfig",
+    "header_safe",
     "judge_identity",
     "longest_call_s",
     "redact_url",
@@ -60,8 +61,8 @@ def _url_problem(url: str) -> str | None:
     return None
 
 
-def _header_safe(text: str) -> bool:
-    """Whether an HTTP header can carry ``text`` as it is."""
+def header_safe(text: str) -> bool:
+    """Whether an HTTP header can carry ``text`` as it is (printable ASCII, no line break)."""
     return text.isascii() and text.isprintable()
 
 
@@ -131,7 +132,7 @@ class OpenAIJudgeConfig(Section):
         # the header, never its value (which may be a key).
         unsendable = sorted(name for name, value in
                             [*self.headers.items(), (self.api_key_header, "x")]
-                            if not _header_safe(value) or not _header_safe(name)
+                            if not header_safe(value) or not header_safe(name)
                             or not name or " " in name)
         if unsendable:
             raise ValueError(f"headers {unsendable}: names and values must be printable "

@@ -16,7 +16,7 @@ import yaml
 from pydantic import SecretStr, ValidationError
 from pydantic_settings import SettingsError
 
-from evalstream.config.judges import OpenAIJudgeConfig
+from evalstream.config.judges import OpenAIJudgeConfig, header_safe
 from evalstream.config.secret_files import read_secret_file
 from evalstream.config.settings import Settings
 from evalstream.errors import ConfigError
@@ -159,7 +159,7 @@ def _env_names(field: str) -> list[str]:
     return sorted(n for n, parts in _environment().items() if parts[0] == field.lower())
 
 
-def _header_safe(key: str, where: str) -> str:
+def _sendable_key(key: str, where: str) -> str:
     """``key`` without surrounding whitespace, checked for what an HTTP header can carry.
 
     A key stored with a trailing newline (``kubectl create secret --from-file`` of a file
@@ -170,7 +170,7 @@ def _header_safe(key: str, where: str) -> str:
         ConfigError: naming ``where``, never echoing the key.
     """
     key = key.strip()
-    if not (key.isascii() and key.isprintable()):
+    if not header_safe(key):
         raise ConfigError(f"{where}: the key holds a line break, a control or a non-ASCII "
                           f"character, which an HTTP header cannot carry")
     return key
@@ -195,7 +195,7 @@ def _resolve_secrets(settings: Settings) -> Settings:
                 where = f"judges.{name}.api_key_file ({judge.api_key_file})"
                 key = read_secret_file(judge.api_key_file, f"judges.{name}.api_key_file")
             if key:
-                judge = judge.model_copy(update={"api_key": SecretStr(_header_safe(key, where))})
+                judge = judge.model_copy(update={"api_key": SecretStr(_sendable_key(key, where))})
         judges[name] = judge
     return settings.model_copy(update={"judges": judges})
 
