@@ -7,15 +7,17 @@ broker process (SIGSTOP), on a broker of this test's own, so its data survives i
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
+import structlog
 from prometheus_client import CollectorRegistry
 
 from evalstream.app import worker as worker_module
 from evalstream.app.worker import Worker
 from tests.integration.workerkit import Topics, running, settings_for, wait_for
-from tests.support.broker import run_broker
+from tests.support.broker import Broker, run_broker
 
 pytestmark = pytest.mark.integration
 
@@ -44,3 +46,18 @@ async def test_readiness_follows_the_broker_through_an_outage(
             finally:
                 own.resume()
             await wait_for(worker.is_ready, 45, "ready again once the broker answers")
+
+
+async def test_a_broker_that_never_answers_is_given_up_on_at_connect_timeout(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TLS client at a plaintext listener hears nothing back: aiokafka alone would wait its
+    request timeout (40 s) per attempt, whatever ``kafka.connect_timeout_s`` says."""
+    monkeypatch.setattr(worker_module, "_CONNECT_ATTEMPT_MIN_S", 1.0)
+    topics = Topics.fresh("notls")
+    settings = settings_for(broker.bootstrap, topics, kafka={
+        "security_protocol": "SSL", "connect_timeout_s": 2})
+    with structlog.testing.capture_logs() as logs:
+        code = await asyncio.wait_for(Worker(settings, registry=CollectorRegistry()).run(), 20)
+    assert code == 1
+    [failed] = [e for e in logs if e["event"] == "worker_start_failed"]
+    assert "no answer from Kafka" in failed["error"]

@@ -85,6 +85,9 @@ _CLOSE_STEP_S = 5.0
 _CLOSE_STEP_MIN_S = 0.2
 _CONNECT_BACKOFF_S = 0.5
 _CONNECT_BACKOFF_MAX_S = 10.0
+#: A connection attempt may take what is left of ``kafka.connect_timeout_s``, and at least
+#: this (a TLS and SASL handshake over a slow link), so the last one is never cut to nothing.
+_CONNECT_ATTEMPT_MIN_S = 5.0
 
 
 def _close_budget() -> SharedDeadline:
@@ -241,12 +244,29 @@ class Worker:
         deadline = loop.time() + self.settings.kafka.connect_timeout_s
         backoff = _CONNECT_BACKOFF_S
         sink_started = False
+
+        async def attempt() -> None:
+            nonlocal sink_started
+            if not sink_started:
+                await self.sink.start()
+                sink_started = True
+            await self.source.start(self)
+
         while True:
+            # Bounded here too: a TLS client at a plaintext listener (or a firewall that
+            # drops packets) gets no answer at all, and aiokafka would wait out its
+            # request_timeout_ms (40 s by default) whatever connect_timeout_s says.
+            attempt_s = max(deadline - loop.time(), _CONNECT_ATTEMPT_MIN_S)
             try:
-                if not sink_started:
-                    await self.sink.start()
-                    sink_started = True
-                await self.source.start(self)
+                try:
+                    async with asyncio.timeout(attempt_s):
+                        await attempt()
+                except TimeoutError:
+                    raise SourceError(
+                        f"no answer from Kafka at {self.settings.kafka.bootstrap_servers} "
+                        f"within {attempt_s:.1f} s: is kafka.security_protocol the listener's "
+                        f"(SSL against a plaintext port waits like this), or are packets "
+                        f"dropped on the way?") from None
                 return
             except (SourceError, SinkError) as exc:
                 if self._stop.is_set():

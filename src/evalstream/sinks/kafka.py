@@ -102,10 +102,19 @@ class KafkaSink:
         options.update(s.client_options("producer"))
         producer = AIOKafkaProducer(**options)
         try:
+            await self._connect(producer)
+        except BaseException:  # failed, or start-up's deadline cancelled it: close it
+            await producer.stop()
+            raise
+        self._producer = producer
+
+    async def _connect(self, producer: AIOKafkaProducer) -> None:
+        """Start ``producer`` and check that the output topics exist."""
+        try:
             await producer.start()
         except KafkaError as exc:
-            await producer.stop()
-            raise SinkError(f"cannot connect producer to {s.bootstrap_servers}: {exc}") from exc
+            raise SinkError(f"cannot connect producer to {self._settings.bootstrap_servers}: "
+                            f"{exc}") from exc
         # A missing output topic (brokers with auto-creation off) would otherwise show only
         # at the first result, or first bad message, as a 40 s wait and a crash; a missing
         # alerts topic at the first drift alert, hours or days into the run.
@@ -116,11 +125,9 @@ class KafkaSink:
             try:
                 await producer.partitions_for(topic)
             except KafkaError as exc:
-                await producer.stop()
                 raise OutputTopicMissingError(
                     f"output topic {topic!r} is not available ({type(exc).__name__}): "
                     f"create it, or let the broker auto-create topics") from exc
-        self._producer = producer
 
     def _require(self) -> AIOKafkaProducer:
         if self._producer is None:

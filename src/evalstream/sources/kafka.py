@@ -126,6 +126,9 @@ class KafkaSource:
             await consumer.stop()
             raise SourceError(f"cannot connect to Kafka at {self._settings.bootstrap_servers}: "
                               f"{exc}") from exc
+        except asyncio.CancelledError:
+            await consumer.stop()  # start-up's deadline: close what was opened
+            raise
         consumer.subscribe(self._topics, listener=_Listener(handler))
         self._consumer = consumer
         self._connected = self._reachable = True
