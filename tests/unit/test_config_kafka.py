@@ -29,7 +29,7 @@ def test_sasl_needs_username_and_password(tmp_path: Path,
     settings = load_settings(None, kafka={**SASL, "sasl_username": "u",
                                           "sasl_password_file": str(pw)})
     assert settings.kafka.password() == "s3cret"
-    monkeypatch.setenv("EVALSTREAM_KAFKA__SASL_PASSWORD", "from-env")
+    monkeypatch.setenv("EVALSTREAM_KAFKA__SASL_PASSWORD", "from-env\n")  # as from a Secret
     assert load_settings(None, kafka={**SASL, "sasl_username": "u"}).kafka.password() == "from-env"
 
 

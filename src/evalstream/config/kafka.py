@@ -181,7 +181,9 @@ class KafkaSettings(Section):
             ConfigError: the password file cannot be read or is empty.
         """
         if self.sasl_password is not None:
-            return self.sasl_password.get_secret_value()
+            # Stripped like the file's: a variable filled from a Kubernetes Secret made
+            # with --from-file often ends with a newline, and the broker refuses it.
+            return self.sasl_password.get_secret_value().strip()
         if self.sasl_password_file is not None:
             return read_secret_file(self.sasl_password_file, "kafka.sasl_password_file")
         return None
