@@ -29,12 +29,22 @@ _DLQ_NAMES = frozenset((DLQ_REASON, DLQ_ERROR, DLQ_TOPIC, DLQ_PARTITION, DLQ_OFF
                         DLQ_TRUNCATED))
 
 
+def _bounded_utf8(text: str) -> bytes:
+    """``text`` as valid UTF-8 of at most ``_MAX_ERROR_BYTES``: what cannot be encoded (a
+    lone surrogate) becomes ``?`` instead of raising, which would stop the worker, and the
+    cut drops a character it would split instead of leaving invalid UTF-8 in the header."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= _MAX_ERROR_BYTES:
+        return data
+    return data[:_MAX_ERROR_BYTES].decode("utf-8", "ignore").encode()
+
+
 def dead_letter_headers(record: Record, reason: str, error: str) -> list[tuple[str, bytes]]:
     """Headers naming why and where a dead letter came from; the original headers follow,
     except any that use one of these names."""
     return [
-        (DLQ_REASON, reason.encode()),
-        (DLQ_ERROR, error.encode("utf-8", "replace")[:_MAX_ERROR_BYTES]),
+        (DLQ_REASON, _bounded_utf8(reason)),
+        (DLQ_ERROR, _bounded_utf8(error)),
         (DLQ_TOPIC, record.topic.encode()),
         (DLQ_PARTITION, str(record.partition).encode()),
         (DLQ_OFFSET, str(record.offset).encode()),

@@ -1,0 +1,128 @@
+"""Property: dead-letter and result headers are bytes, bounded and valid UTF-8 whatever the
+reason and error text (lone surrogates, NUL, multi-byte characters cut at the bound, huge
+texts), and the message's own headers travel unchanged but cannot forge ours.
+
+A header that fails to build stops the worker (``_publish_dead_letter`` treats any error
+as a sink failure), and one that is not UTF-8 breaks consumers that read headers as text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from evalstream.config import KafkaSettings, TopicSettings
+from evalstream.errors import DecodeError
+from evalstream.events import RawRecord
+from evalstream.sinks.headers import (
+    DLQ_ERROR,
+    DLQ_OFFSET,
+    DLQ_PARTITION,
+    DLQ_REASON,
+    DLQ_TOPIC,
+    dead_letter_headers,
+    result_headers,
+)
+from evalstream.sinks.kafka import KafkaSink
+from tests.support.fuzz import FUZZ, adversarial_text
+
+#: What one of our header values may take at most (the error text is cut to 1,000 bytes).
+MAX_VALUE_BYTES = 1_000
+OURS = {DLQ_REASON, DLQ_ERROR, DLQ_TOPIC, DLQ_PARTITION, DLQ_OFFSET}
+
+texts = st.one_of(adversarial_text,
+                  # Multi-byte characters that straddle the byte bound in every alignment.
+                  st.builds(lambda pad, ch, n: "x" * pad + ch * n, st.integers(0, 3),
+                            st.sampled_from(["é", "€", "\U0001f600", "\ud800"]),
+                            st.integers(240, 1100)))
+original_headers = st.lists(st.tuples(
+    st.one_of(st.sampled_from([*sorted(OURS), "traceparent", "truncated_size"]),
+              st.text(max_size=10)),
+    st.binary(max_size=20)), max_size=5).map(tuple)
+
+
+def check_ours(headers: list[tuple[str, bytes]], count: int) -> None:
+    for name, value in headers[:count]:
+        assert isinstance(name, str)
+        assert isinstance(value, bytes)
+        assert len(value) <= MAX_VALUE_BYTES, (name, len(value))
+        value.decode("utf-8")  # raises if a cut split a character
+
+
+@FUZZ
+@given(reason=texts, error=texts, extra=original_headers,
+       partition=st.integers(0, 2**31 - 1), offset=st.integers(0, 2**63 - 1))
+def test_dead_letter_headers_are_bounded_utf8(reason: str, error: str,
+                                              extra: tuple[tuple[str, bytes], ...],
+                                              partition: int, offset: int) -> None:
+    record = RawRecord("traces", partition, offset, b"\xff", headers=extra)
+    headers = dead_letter_headers(record, reason, error)
+    check_ours(headers, len(OURS))
+    names = [name for name, _ in headers]
+    assert names[:len(OURS)] == [DLQ_REASON, DLQ_ERROR, DLQ_TOPIC, DLQ_PARTITION, DLQ_OFFSET]
+    assert all(names.count(n) == 1 for n in OURS)
+    # The message's own headers follow unchanged, except those that would forge ours.
+    assert headers[len(OURS):] == [h for h in extra if h[0] not in OURS | {"truncated_size"}]
+    assert dict(headers)[DLQ_OFFSET] == str(offset).encode()
+
+
+@FUZZ
+@given(route=texts.filter(lambda t: not any(0xD800 <= ord(c) <= 0xDFFF for c in t)),
+       evaluator=st.text(max_size=30))
+def test_result_headers_are_utf8(route: str, evaluator: str) -> None:
+    # Route and evaluator names come from the config, not from content: not bounded here.
+    for name, value in result_headers(route, evaluator):
+        assert isinstance(name, str)
+        assert isinstance(value, bytes)
+        value.decode("utf-8")
+
+
+class _Producer:
+    """Acknowledges every send at once and keeps what was sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes, bytes | None, list[tuple[str, bytes]]]] = []
+
+    async def send(self, topic: str, *, value: bytes, key: bytes | None,
+                   headers: list[tuple[str, bytes]]) -> asyncio.Future[None]:
+        self.sent.append((topic, value, key, headers))
+        ack: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ack.set_result(None)
+        return ack
+
+
+@FUZZ
+@given(reason=texts, error=texts, value=st.one_of(st.none(), st.binary(max_size=50)),
+       key=st.one_of(st.none(), st.binary(max_size=10)), extra=original_headers)
+def test_dead_letter_publish_keeps_the_message(reason: str, error: str, value: bytes | None,
+                                               key: bytes | None,
+                                               extra: tuple[tuple[str, bytes], ...]) -> None:
+    """Through the Kafka sink (on a recording producer): one record on the dead-letter
+    topic, the original bytes and key as they were, our headers valid."""
+    producer = _Producer()
+    sink = KafkaSink(KafkaSettings(), TopicSettings(dead_letter="dlq"))
+    sink._producer = producer  # type: ignore[assignment]
+    record = RawRecord("traces", 1, 5, value, key=key, headers=extra)
+    asyncio.run(sink.publish_dead_letter(record, reason, error))
+    ((topic, sent, sent_key, headers),) = producer.sent
+    assert (topic, sent, sent_key) == ("dlq", value or b"", key)
+    check_ours(headers, len(OURS))
+
+
+def test_error_cut_inside_a_multibyte_character_stays_utf8() -> None:
+    headers = dict(dead_letter_headers(RawRecord("t", 0, 0, b""), "invalid_json", "€" * 400))
+    assert headers[DLQ_ERROR].decode("utf-8") == "€" * 333  # 999 bytes: the whole ones
+
+
+def test_reason_with_a_lone_surrogate_does_not_raise() -> None:
+    headers = dict(dead_letter_headers(RawRecord("t", 0, 0, b""), "bad\ud800", "x\udfff"))
+    assert headers[DLQ_REASON] == b"bad?"
+    assert headers[DLQ_ERROR] == b"x?"
+
+
+def test_a_huge_reason_is_bounded() -> None:
+    exc = DecodeError("r" * 5000, "message")
+    headers = dict(dead_letter_headers(RawRecord("t", 0, 0, b""), exc.reason, str(exc)))
+    assert len(headers[DLQ_REASON]) <= MAX_VALUE_BYTES
