@@ -35,7 +35,7 @@ if os.environ.get("EVALSTREAM_FUZZ_EXPLORE"):
     settings.load_profile("explore")
 
 #: Deterministic and fast. ``database=None``: nothing written to ``.hypothesis/``.
-FUZZ = settings(max_examples=int(os.environ.get("EVALSTREAM_FUZZ_EXAMPLES", "100")),
+FUZZ = settings(max_examples=int(os.environ.get("EVALSTREAM_FUZZ_EXAMPLES", "60")),
                 deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 

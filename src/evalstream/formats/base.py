@@ -8,7 +8,7 @@ from typing import Protocol
 
 from evalstream.events import Record, TraceEvent
 
-__all__ = ["Decoded", "Decoder"]
+__all__ = ["MAX_RECORD_TIMESTAMP_MS", "Decoded", "Decoder", "record_time_ms"]
 
 
 @dataclass(slots=True)
@@ -29,3 +29,18 @@ class Decoder(Protocol):
     def __call__(self, record: Record) -> Decoded:
         """Decode ``record``."""
         ...
+
+
+#: The Kafka record timestamps (ms) an event without a time of its own takes as its time:
+#: from the epoch to year 2603. A producer may set any int64 as CreateTime (Kafka's "none"
+#: is -1); outside this range it is no time at all, and must not cost the event, as it did
+#: (a flat_json event failed validation as ``invalid_field``, OTLP spans were dropped as
+#: ``bad_span``). 2e13 ms is also where pydantic would start reading seconds as ms.
+MAX_RECORD_TIMESTAMP_MS = 20_000_000_000_000
+
+
+def record_time_ms(timestamp: int | None) -> int | None:
+    """``timestamp`` (a record's, in ms) when usable as an event time, else None."""
+    if timestamp is None or not 0 <= timestamp <= MAX_RECORD_TIMESTAMP_MS:
+        return None
+    return timestamp

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from evalstream.config import InputTopic
 from evalstream.errors import ConfigError, DecodeError
 from evalstream.events import Message, Record, TraceEvent, load_json, stable_hash
-from evalstream.formats.base import Decoded
+from evalstream.formats.base import Decoded, record_time_ms
 
 __all__ = ["FIELDS", "SAMPLED_OUT", "FlatJsonDecoder", "make_decoder"]
 
@@ -325,8 +325,8 @@ class FlatJsonDecoder:
             fields["event_id"] = stable_hash(record.topic, record.partition, record.offset)
         if not fields.get("trace_id"):
             fields["trace_id"] = fields["event_id"]
-        if "timestamp" not in fields and record.timestamp is not None:
-            fields["timestamp"] = record.timestamp / 1000.0
+        if "timestamp" not in fields and (ms := record_time_ms(record.timestamp)) is not None:
+            fields["timestamp"] = ms / 1000.0
 
 
 def make_decoder(topic: InputTopic) -> FlatJsonDecoder:

@@ -54,7 +54,7 @@ from typing import Any
 from evalstream.config import InputTopic
 from evalstream.errors import DecodeError
 from evalstream.events import Message, Record, TraceEvent
-from evalstream.formats.base import Decoded, Decoder
+from evalstream.formats.base import Decoded, Decoder, record_time_ms
 from evalstream.formats.genai_messages import BadSpanError, Content, retrieval_documents
 from evalstream.formats.genai_spans import classify, read_content
 from evalstream.formats.span_view import Options, Resource, SpanView, flat_text
@@ -344,6 +344,6 @@ def record_decoder(topic: InputTopic,
     def decoder(record: Record) -> Decoded:
         if record.value is None:
             raise DecodeError("empty_message", "message has no value (tombstone)")
-        return decode(record.value, options, record.timestamp)
+        return decode(record.value, options, record_time_ms(record.timestamp))
 
     return decoder
