@@ -25,14 +25,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+from prometheus_client import CollectorRegistry
 
+from evalstream.app.intake import Intake
+from evalstream.app.pipeline import Pipeline
 from evalstream.app.traffic import APPS, make_event
-from evalstream.config import InputTopic
+from evalstream.config import InputTopic, Settings
 from evalstream.errors import DecodeError
 from evalstream.events import RawRecord, TraceEvent, dump_json
 from evalstream.formats import Decoder, decoder_for
 from evalstream.formats.base import Decoded
 from evalstream.formats.flat_json import SAMPLED_OUT, FlatJsonDecoder
+from evalstream.judges.builtin import BuiltinJudge
+from evalstream.metrics import Metrics
 from tests.fixtures import otlp
 from tests.support.fuzz import (
     FUZZ,
@@ -568,3 +573,41 @@ def test_in_range_record_timestamp_is_the_event_time() -> None:
     expected = datetime(2026, 1, 1, tzinfo=UTC)
     assert FLAT(_record(b'{"output": "hi"}', ms)).events[0].timestamp == expected
     assert [e.timestamp for e in OTLP_JSON(_record(TIMELESS, ms)).events] == [expected]
+
+
+# --- the Intake: no decoder failure reaches it as ``decoder_error`` -------------------------
+
+def _intake(key: str) -> Intake:
+    settings = Settings.model_validate({
+        "inputs": [{"topic": "flat"}, {"topic": "mapped", "mapping": MAPPING},
+                   {"topic": "oj", "format": "otlp_json"},
+                   {"topic": "op", "format": "otlp_proto"}],
+        "sampling": {"key": key},
+        # Below rate 1, so the flat_json probe and the decoders' sampling shortcut run.
+        "routes": [{"name": "main", "sample_rate": 0.5, "evaluators": [{"evaluator": "refusal"}]}],
+        "worker": {"max_message_bytes": 100_000},
+    })
+    metrics = Metrics(CollectorRegistry())
+    return Intake(settings, Pipeline(settings, {"builtin": BuiltinJudge()}, metrics), metrics)
+
+
+INTAKES = {key: _intake(key) for key in ("trace_id", "session_id", "message_key")}
+
+
+@FUZZ
+@given(key=st.sampled_from(sorted(INTAKES)), topic=st.sampled_from(["flat", "mapped", "oj", "op"]),
+       value=st.one_of(st.none(), st.binary(max_size=200), json_bytes(), odd_json_documents,
+                       _flat_inputs(), st.just(TIMELESS)),
+       record_key=st.one_of(st.none(), st.binary(max_size=8)), timestamp=kafka_timestamps)
+def test_intake_never_wraps_a_decoder_failure(key: str, topic: str, value: bytes | None,
+                                              record_key: bytes | None,
+                                              timestamp: int | None) -> None:
+    intake = INTAKES[key]
+    record = RawRecord(topic, 0, 3, value, key=record_key, timestamp=timestamp)
+    if intake.sampled_out is not None and intake.sampled_out(record):
+        return
+    decoded = outcome(partial(intake.decode, presampled=bool(record_key)), record)
+    if isinstance(decoded, DecodeError):
+        assert decoded.reason != "decoder_error", decoded.__cause__
+        assert decoded.reason in FLAT_REASONS | OTLP_JSON_REASONS | OTLP_PROTO_REASONS | {
+            "too_large"}
