@@ -20,18 +20,32 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from evalstream.app.pipeline import Pipeline
 from evalstream.app.traffic import APPS, SUPPORT_SCOPE, TUTOR_ROLE, make_event
 from evalstream.config import InputTopic, Settings
-from evalstream.errors import DecodeError
-from evalstream.events import EvalResult, Message, RawRecord, TraceEvent, dump_json
+from evalstream.config.judges import OpenAIJudgeConfig
+from evalstream.errors import DecodeError, JudgeError
+from evalstream.events import (
+    EvalResult,
+    JudgeInfo,
+    Message,
+    RawRecord,
+    TraceEvent,
+    dump_json,
+    load_json,
+)
 from evalstream.formats import decoder_for
+from evalstream.judges.base import GenerateRequest, Generation, Judge, Judgement, JudgeRequest
 from evalstream.judges.builtin import BuiltinJudge
+from evalstream.judges.openai_compat import OpenAIJudge
+from evalstream.judges.openai_wire import response_text
 from evalstream.metrics import Metrics
 from tests.support.fuzz import ADVERSARIAL_STRINGS, FUZZ, mutate
+from tests.support.llm_server import llm_server
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "schemas"
                      / "eval_result.schema.json").read_text(encoding="utf-8"))
@@ -187,3 +201,139 @@ def test_demo_events_score_on_every_evaluator() -> None:
         seen.update(r.evaluator for r in results)
     assert {"refusal", "sentiment", "topic_adherence", "topic", "role_adherence",
             "role_violation", "toxicity", "prompt_injection"} <= seen
+
+
+# --- every registered evaluator on an LLM-like judge with arbitrary (valid) answers ---------
+
+class FuzzJudge(Judge):
+    """Answers like an LLM judge, from answers hypothesis chose up front (drawing inside
+    the evaluations, which run concurrently, would make shrinking unreliable): for each
+    question a distribution over the asked options (normalised, as the backends give it;
+    one-hot, spread or tiny), for each generation a body's text as the OpenAI-compatible
+    backend reads it, and the JSON value it parses from it."""
+
+    name = "llm"
+
+    def __init__(self, weights: list[float], texts: list[str]) -> None:
+        self.weights = weights
+        self.texts = texts
+        self._w = 0
+        self._t = 0
+
+    def supports(self, task: str) -> bool:
+        return True
+
+    async def judge(self, request: JudgeRequest) -> Judgement:
+        options = request.options
+        weights = [self.weights[(self._w + i) % len(self.weights)] for i in range(len(options))]
+        self._w += len(options)
+        total = sum(weights)
+        if total <= 0 or not math.isfinite(total):
+            probabilities = {o: float(i == 0) for i, o in enumerate(options)}
+        else:
+            probabilities = {o: w / total for o, w in zip(options, weights, strict=True)}
+        return Judgement(probabilities=probabilities, info=JudgeInfo(backend="fuzz"))
+
+    async def generate(self, request: GenerateRequest) -> Generation:
+        text = self.texts[self._t % len(self.texts)]
+        self._t += 1
+        # As the OpenAI-compatible backend reads a body that ``json.loads`` parsed: its
+        # answer text, then (when asked for JSON) the value.
+        text = response_text({"choices": [{"message": {"content": text}}]}, "chat",
+                             judge=self.name)
+        value = None
+        if request.json_schema_hint:
+            try:
+                value = load_json(text)
+            except ValueError:
+                raise JudgeError("answer is not valid JSON") from None
+        return Generation(text=text, info=JudgeInfo(backend="fuzz"), value=value)
+
+
+judge_weights = st.lists(st.one_of(st.just(0.0), st.floats(0, 1), st.just(5e-324)),
+                         min_size=1, max_size=12)
+judge_texts = st.lists(st.one_of(text, st.sampled_from([
+    '{"role": "a maths tutor", "behaviours": ["be kind"]}',
+    '{"sections": [{"text": "x", "violated_behaviours": ["be kind"]}]}',
+    '[{"text": "x", "violated_behaviours": []}]', '{"role": 5}', "NaN",
+    '{"sections": [{"text": 1e999, "violated_behaviours": "abc"}]}',
+    # A model's text cut inside a surrogate pair, as ``json.loads`` reads the response's
+    # "\\ud83d" escape: a lone surrogate in a Python string.
+    "half an emoji \ud83d", '{"role": "tutor \ud83d", "behaviours": ["\udc00"]}',
+    '{"role": "tutor \\ud83d", "behaviours": []}',
+    '{"sections": [{"text": "\ud83d", "violated_behaviours": ["x"]}]}'])),
+    min_size=1, max_size=4)
+#: Every registered evaluator, with params that make it runnable; reasons always on.
+LLM_EVALUATORS: list[dict[str, Any]] = [
+    *({**e, "judge": "llm", "reasons": "always"} for e in EVALUATORS),
+    {"evaluator": "classifier", "params": {"labels": {"a": "first", "b": "second"},
+                                           "fail_labels": ["b"]}},
+    {"evaluator": "scorer", "params": {"rubric": "How helpful is the answer, 1 to 5?"}},
+    {"evaluator": "groundedness"}, {"evaluator": "answer_relevancy"},
+    {"evaluator": "context_relevancy"}, {"evaluator": "question_clarity"},
+    {"evaluator": "text_similarity"},
+]
+LLM_SETTINGS = Settings.model_validate({
+    "routes": [{"name": "all", "evaluators": [{"judge": "llm", "reasons": "always", **e}
+                                              for e in LLM_EVALUATORS]}],
+    "judges": {"llm": {"type": "openai", "base_url": "http://127.0.0.1:9/v1",
+                       "model": "m"}},
+})
+
+
+def test_every_registered_evaluator_is_covered_on_an_llm_judge() -> None:
+    from evalstream.evaluators import registry
+
+    assert set(registry.names()) <= {e["evaluator"] for e in LLM_EVALUATORS}
+
+
+@FUZZ
+@given(event=events, weights=judge_weights, texts=judge_texts)
+def test_any_event_and_any_judge_answer_through_every_evaluator(
+        event: TraceEvent, weights: list[float], texts: list[str]) -> None:
+    async def run() -> list[EvalResult]:
+        pipeline = Pipeline(LLM_SETTINGS, {"llm": FuzzJudge(weights, texts)}, Metrics())
+        try:
+            return await pipeline.evaluate(event, topic="t")
+        finally:
+            await pipeline.aclose()
+
+    results = asyncio.run(run())
+    for result in results:
+        if result.status == "error":
+            # Only a refusal of the judge's answer, never an evaluator crash.
+            assert (result.error or "").startswith(("judge:", "EvaluatorError:")), result.error
+    check_results([r for r in results if r.status == "ok"])
+    for result in results:
+        dump_json(result)
+
+
+# --- pinned: a model's text cut inside an emoji ---------------------------------------------
+
+async def test_a_lone_surrogate_from_the_llm_never_reaches_a_result() -> None:
+    """A body whose answer holds a "\\ud83d" escape (half an emoji) made results that could
+    not be serialised: every reason quoting it, and role_violation's extracted role. The
+    worker published them as "internal error" results instead, losing the score."""
+    settings = Settings.model_validate({
+        "routes": [{"name": "r", "evaluators": [
+            {"evaluator": "refusal", "judge": "llm", "reasons": "always"},
+            {"evaluator": "summarization", "judge": "llm"}]}],
+        "judges": {"llm": {"type": "openai", "base_url": "http://127.0.0.1:9/v1",
+                           "model": "m"}},
+    })
+    async with llm_server(text="half an emoji \ud83d") as server:
+        judge = OpenAIJudge("llm", OpenAIJudgeConfig(
+            base_url=server.url, model="m", timeout_s=2.0, max_retries=0, cache_size=0),
+            Metrics())
+        pipeline = Pipeline(settings, {"llm": judge}, Metrics())
+        results = await pipeline.evaluate(
+            TraceEvent(event_id="e", input="hi", output="I can't help with that."), topic="t")
+        server.text = '{"role": "a tutor \\ud83d", "behaviours": []}'
+        with pytest.raises(JudgeError, match="not valid JSON"):
+            await judge.generate(GenerateRequest(task="role_extraction", instructions="x",
+                                                 json_schema_hint="{}"))
+        await pipeline.aclose()
+        await judge.aclose()
+    assert {r.evaluator: r.status for r in results} == {"refusal": "ok", "summarization": "ok"}
+    check_results(results)
+    assert {r.evaluator: r.reason for r in results}["refusal"] == "half an emoji ?"

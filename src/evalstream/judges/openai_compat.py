@@ -37,7 +37,7 @@ import httpx
 
 from evalstream.config.judges import OpenAIJudgeConfig
 from evalstream.errors import JudgeError, JudgeUnavailableError
-from evalstream.events import JudgeInfo
+from evalstream.events import JudgeInfo, load_json
 from evalstream.judges.answers import parse_json_answer, unfence
 from evalstream.judges.base import GenerateRequest, Generation, Judge, Judgement, JudgeRequest
 from evalstream.judges.cache import TTLCache
@@ -313,7 +313,10 @@ class OpenAIJudge(Judge):
         value: Any = None
         if request.json_schema_hint:
             try:
-                value = json.loads(unfence(text))
+                # orjson, not json: a "\\ud83d" escape in the answer (a model's text cut
+                # inside an emoji) or NaN is rejected here, not carried into a result that
+                # then cannot be serialised.
+                value = load_json(unfence(text))
             except (ValueError, RecursionError):
                 raise JudgeError(f"judge {self.name!r}: {request.task} answer is not valid "
                                  f"JSON ({len(text)} chars)") from None

@@ -128,6 +128,11 @@ def response_text(body: Any, api: str, *, judge: str) -> str:
         raise JudgeError(f"judge {judge!r}: response has no answer text") from None
     if not isinstance(text, str):
         raise JudgeError(f"judge {judge!r}: response has no answer text")
+    if not text.isascii():
+        # A "\ud83d" escape in the body (a model's text cut inside an emoji) is a lone
+        # surrogate here, which no result quoting it (a reason) could be serialised with:
+        # it becomes "?".
+        text = text.encode("utf-8", "replace").decode("utf-8")
     return text
 
 
