@@ -28,7 +28,7 @@ from evalstream.app.pipeline import Pipeline
 from evalstream.app.traffic import APPS, SUPPORT_SCOPE, TUTOR_ROLE, make_event
 from evalstream.config import InputTopic, Settings
 from evalstream.config.judges import OpenAIJudgeConfig
-from evalstream.errors import DecodeError, JudgeError
+from evalstream.errors import DecodeError, JudgeError, OutputRejectedError
 from evalstream.events import (
     EvalResult,
     JudgeInfo,
@@ -44,8 +44,10 @@ from evalstream.judges.builtin import BuiltinJudge
 from evalstream.judges.openai_compat import OpenAIJudge
 from evalstream.judges.openai_wire import response_text
 from evalstream.metrics import Metrics
+from evalstream.sinks.memory import MemorySink
 from tests.support.fuzz import ADVERSARIAL_STRINGS, FUZZ, mutate
 from tests.support.llm_server import llm_server
+from tests.unit.pipeline_doubles import raw
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "schemas"
                      / "eval_result.schema.json").read_text(encoding="utf-8"))
@@ -89,12 +91,19 @@ def _pipeline() -> Pipeline:
     return Pipeline(SETTINGS, {"builtin": BuiltinJudge()}, Metrics())
 
 
+def _shipped(names: list[str]) -> set[str]:
+    """The evaluators evalstream ships (other tests register their own doubles)."""
+    from evalstream.evaluators import registry
+
+    return {n for n in names if registry.get(n).__module__.startswith("evalstream.")}
+
+
 def test_every_builtin_judged_evaluator_is_covered() -> None:
     from evalstream.evaluators import registry
 
     judge = BuiltinJudge()
     runnable = set()
-    for name in registry.names():
+    for name in _shipped(registry.names()):
         cls = registry.get(name)
         tasks = (name,) if cls.asks_own_task else ()
         if all(judge.supports(t) for t in tasks):
@@ -284,7 +293,7 @@ LLM_SETTINGS = Settings.model_validate({
 def test_every_registered_evaluator_is_covered_on_an_llm_judge() -> None:
     from evalstream.evaluators import registry
 
-    assert set(registry.names()) <= {e["evaluator"] for e in LLM_EVALUATORS}
+    assert _shipped(registry.names()) <= {e["evaluator"] for e in LLM_EVALUATORS}
 
 
 @FUZZ
@@ -337,3 +346,51 @@ async def test_a_lone_surrogate_from_the_llm_never_reaches_a_result() -> None:
     assert {r.evaluator: r.status for r in results} == {"refusal": "ok", "summarization": "ok"}
     check_results(results)
     assert {r.evaluator: r.reason for r in results}["refusal"] == "half an emoji ?"
+
+
+# --- the error result that replaces a refused one is small whatever the event ---------------
+
+huge = st.builds(lambda s, n: s * n, st.sampled_from(["x", "é", "\U0001f600"]),
+                 st.sampled_from([1, 1_000, 300_000]))
+
+
+@FUZZ
+@given(event=st.builds(TraceEvent, event_id=huge, trace_id=huge, span_id=huge,
+                       session_id=st.none() | huge, app=st.none() | huge,
+                       attributes=st.dictionaries(st.sampled_from(["model", "criteria"]),
+                                                  huge, max_size=2)),
+       error=huge)
+def test_error_results_are_small_whatever_the_event(event: TraceEvent, error: str) -> None:
+    pipeline = _pipeline()
+    for planned in pipeline.plan(event, "t"):
+        result = pipeline.failed(event, planned, error)
+        wire = dump_json(result)
+        assert len(wire) < 64_000, len(wire)
+        assert not list(VALIDATOR.iter_errors(json.loads(wire)))
+
+
+class _BrokerLimitSink(MemorySink):
+    """Refuses results over a broker's message size limit, as Kafka does."""
+
+    async def publish_result(self, result: EvalResult) -> None:
+        size = len(dump_json(result)) + len(result.trace_id.encode())
+        if size > 100_000:
+            raise OutputRejectedError(f"results refused a record of {size} bytes: "
+                                      "MessageSizeTooLargeError")
+        await super().publish_result(result)
+
+
+async def test_an_event_with_huge_ids_is_an_error_result_not_a_stopped_worker() -> None:
+    """A flat_json event whose id is 150 KB (its trace id defaults to it) made a result the
+    broker refused, then an error result with the same ids, refused too: the worker
+    stopped, and would again after every restart on the same message."""
+    from tests.unit.test_worker_memory import TP0, build, started, until
+
+    records = [RawRecord("traces", 0, 0, dump_json({"event_id": "x" * 150_000,
+                                                     "output": "ok"})), raw(1)]
+    worker, source, sink = build(records, sink=_BrokerLimitSink())
+    async with started(worker) as task:
+        await until(lambda: source.committed.get(TP0) == 2)
+    assert await task == 0
+    assert [(r.status, len(r.event_id)) for r in sink.results] == [("error", 1_024),
+                                                                  ("ok", 2)]

@@ -45,6 +45,9 @@ _MAX_ERROR_CHARS = 500
 #: tenant), and a huge one must not make results, or the error result that replaces a
 #: refused one, too large for the broker (which would stop the worker on every restart).
 _MAX_ATTRIBUTE_CHARS = 256
+#: An error result clips the event's ids, session and app to this (see ``Pipeline.failed``).
+_MAX_ID_CHARS = 1_024
+_CLIPPED_IN_ERRORS = ("event_id", "trace_id", "span_id", "session_id", "app")
 #: Skip reasons are metric label values: short codes, at most this many distinct ones.
 _REASON = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _MAX_SKIP_REASONS = 32
@@ -338,11 +341,14 @@ class Pipeline:
 
     def failed(self, event: TraceEvent, planned: Planned, error: str) -> EvalResult:
         """The error result of ``planned`` on ``event`` (``record`` counts it as ``error``)."""
-        return EvalResult(
-            **self._envelope(event, planned),
-            status="error",
-            error=error[:_MAX_ERROR_CHARS],
-        )
+        fields = self._envelope(event, planned)
+        # It stands in for a result the broker refused as too large, so it must be small
+        # whatever the event holds: refused too, it would stop the worker on every restart.
+        for name in _CLIPPED_IN_ERRORS:
+            value = fields[name]
+            if value is not None and len(value) > _MAX_ID_CHARS:
+                fields[name] = value[:_MAX_ID_CHARS]
+        return EvalResult(**fields, status="error", error=error[:_MAX_ERROR_CHARS])
 
     def record(self, planned: Planned, result: EvalResult) -> None:
         """Count a result of ``planned`` that is now durable: its outcome (``passed``,
