@@ -9,13 +9,14 @@ as a sink failure), and one that is not UTF-8 breaks consumers that read headers
 from __future__ import annotations
 
 import asyncio
+import json
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evalstream.config import KafkaSettings, TopicSettings
-from evalstream.errors import DecodeError
-from evalstream.events import RawRecord
+from evalstream.errors import DecodeError, OutputRejectedError
+from evalstream.events import EvalResult, RawRecord, dump_json
 from evalstream.sinks.headers import (
     DLQ_ERROR,
     DLQ_OFFSET,
@@ -26,7 +27,8 @@ from evalstream.sinks.headers import (
     result_headers,
 )
 from evalstream.sinks.kafka import KafkaSink
-from tests.support.fuzz import FUZZ, adversarial_text
+from evalstream.sinks.memory import MemorySink
+from tests.support.fuzz import FUZZ, adversarial_text, json_bytes
 
 #: What one of our header values may take at most (the error text is cut to 1,000 bytes).
 MAX_VALUE_BYTES = 1_000
@@ -126,3 +128,78 @@ def test_a_huge_reason_is_bounded() -> None:
     exc = DecodeError("r" * 5000, "message")
     headers = dict(dead_letter_headers(RawRecord("t", 0, 0, b""), exc.reason, str(exc)))
     assert len(headers[DLQ_REASON]) <= MAX_VALUE_BYTES
+
+
+# --- end to end: the worker loses no message, whatever the batch holds ----------------------
+
+OUTPUTS = ("ok", "skip", "fail", "boom", "judge_error", "bad_score", "opaque", "sleep:0",
+           "skip:Not A Code \ud7ff", "")
+FLAT_REASONS = {"empty", "invalid_utf8", "invalid_json", "not_an_object", "missing_output",
+                "invalid_field", "too_large"}
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> list[RawRecord]:
+    records = []
+    for offset in range(draw(st.integers(1, 8))):
+        kind = draw(st.sampled_from(["event", "event", "bytes", "json", "huge", "none"]))
+        if kind == "event":
+            body: dict[str, object] = {"event_id": f"e{offset}",
+                                       "output": draw(st.sampled_from(OUTPUTS))}
+            if draw(st.booleans()):
+                body["attributes"] = draw(st.dictionaries(st.text(max_size=5),
+                                                          st.text(max_size=5), max_size=2))
+            value: bytes | None = dump_json(body)
+        elif kind == "bytes":
+            value = draw(st.binary(max_size=40))
+        elif kind == "json":
+            value = draw(json_bytes())
+        elif kind == "huge":
+            value = dump_json({"event_id": "x" * 60_000, "output": "ok"})
+        else:
+            value = None
+        records.append(RawRecord("traces", 0, offset, value))
+    return records
+
+
+@settings(parent=FUZZ, max_examples=min(FUZZ.max_examples, 15))
+@given(records=batches())
+def test_every_message_is_a_result_a_skip_or_a_dead_letter(records: list[RawRecord]) -> None:
+    from tests.unit.test_worker_memory import TP0, build, started, until
+
+    async def run() -> tuple[MemorySink, int]:
+        worker, source, sink = build(records, sink=_LimitedSink(),
+                                     worker={"max_message_bytes": 100_000,
+                                             "commit_interval_s": 0.01})
+        async with started(worker) as task:
+            await until(lambda: source.committed.get(TP0) == len(records))
+        return sink, await task
+
+    sink, code = asyncio.run(run())
+    assert code == 0
+    dead = {d.record.offset: d.reason for d in sink.dead_letters}
+    assert set(dead.values()) <= FLAT_REASONS, dead
+    results = {r.event_id for r in sink.results}
+    for record in records:
+        body = _event(record.value)
+        if body is None:
+            assert record.offset in dead
+        elif body["output"] not in ("skip", "skip:Not A Code \ud7ff"):
+            assert record.offset in dead or body["event_id"][:1_024] in results
+
+
+def _event(value: bytes | None) -> dict[str, object] | None:
+    try:
+        body = json.loads(value or b"")
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) and isinstance(body.get("output"), str) else None
+
+
+class _LimitedSink(MemorySink):
+    """Refuses results over 100 KB, as a broker's size limit does."""
+
+    async def publish_result(self, result: EvalResult) -> None:
+        if len(dump_json(result)) > 100_000:
+            raise OutputRejectedError("results refused a record: MessageSizeTooLargeError")
+        await super().publish_result(result)

@@ -80,8 +80,13 @@ EVALUATORS: list[dict[str, Any]] = [
 ]
 SETTINGS = Settings.model_validate({
     "routes": [{"name": "all", "evaluators": EVALUATORS},
-               {"name": "answers", "match": {"requires": ["output"]},
-                "evaluators": [{"evaluator": "refusal"}]}],
+               {"name": "answers", "match": {"requires": ["output", "context", "messages"]},
+                "evaluators": [{"evaluator": "refusal"}]},
+               # Routing on arbitrary apps and attributes, at a sample rate below 1.
+               {"name": "by_attribute", "sample_rate": 0.5,
+                "match": {"app": ["support-bot", ""], "topic": ["t"],
+                          "attributes": {"model": "*", "x": ["a", ""]}},
+                "evaluators": [{"evaluator": "sentiment", "sample_rate": 0.5}]}],
     "worker": {"routing": "all"},
     "results": {"attributes": ["model", "criteria"]},
 })
