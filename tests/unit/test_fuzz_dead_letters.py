@@ -162,7 +162,7 @@ def batches(draw: st.DrawFn) -> list[RawRecord]:
     return records
 
 
-@settings(parent=FUZZ, max_examples=min(FUZZ.max_examples, 15))
+@settings(parent=FUZZ, max_examples=max(15, FUZZ.max_examples // 4))  # a worker per example
 @given(records=batches())
 def test_every_message_is_a_result_a_skip_or_a_dead_letter(records: list[RawRecord]) -> None:
     from tests.unit.test_worker_memory import TP0, build, started, until

@@ -627,3 +627,26 @@ def test_many_wrong_items_make_a_short_error(body: dict[str, Any]) -> None:
     assert decoded.reason == "invalid_field"
     assert len(str(decoded)) < 200, len(str(decoded))
     assert str(decoded).startswith(("messages: wrong type", "context: wrong type"))
+
+
+@pytest.mark.parametrize("depth", [10, 60, 3000])
+def test_deeply_nested_protobuf_values_are_decoded_or_dead_lettered(depth: int) -> None:
+    """Protobuf's parser stops at 100 levels of messages (each array level is two), so a
+    deep value is a whole-message ``invalid_protobuf`` dead letter (where OTLP/JSON drops
+    only its span): not a crash, and the bytes are kept."""
+    data = TracesData()
+    span = data.resource_spans.add().scope_spans.add().spans.add(
+        trace_id=b"1" * 16, span_id=b"2" * 8)
+    span.attributes.add(key="gen_ai.operation.name").value.string_value = "chat"
+    output = span.attributes.add(key="gen_ai.output.messages").value
+    output.string_value = '[{"role": "assistant", "content": "hi"}]'
+    value = span.attributes.add(key="gen_ai.input.messages").value
+    for _ in range(depth):
+        value = value.array_value.values.add()
+    value.string_value = "x"
+    decoded = check("otlp_proto", data.SerializeToString())
+    if depth < 40:
+        assert decoded is not None
+        assert decoded.skipped == {"bad_span": 1}  # the nested list is not a message list
+    else:
+        assert decoded is None
