@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+from aiokafka.errors import MessageSizeTooLargeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,7 @@ from evalstream.sinks.headers import (
     DLQ_PARTITION,
     DLQ_REASON,
     DLQ_TOPIC,
+    DLQ_TRUNCATED,
     dead_letter_headers,
     result_headers,
 )
@@ -203,3 +205,57 @@ class _LimitedSink(MemorySink):
         if len(dump_json(result)) > 100_000:
             raise OutputRejectedError("results refused a record: MessageSizeTooLargeError")
         await super().publish_result(result)
+
+
+class _SizeLimitedProducer(_Producer):
+    """Refuses a record over ``limit`` bytes (key, value and headers), as a broker does."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    async def send(self, topic: str, *, value: bytes, key: bytes | None,
+                   headers: list[tuple[str, bytes]]) -> asyncio.Future[None]:
+        size = len(value) + len(key or b"") + sum(len(n) + len(v) for n, v in headers)
+        if size > self.limit:
+            raise MessageSizeTooLargeError()
+        return await super().send(topic, value=value, key=key, headers=headers)
+
+
+sizes = st.sampled_from([0, 10, 5_000, 60_000])
+
+
+@FUZZ
+@given(value=sizes, key=sizes, header=sizes, headers=st.integers(0, 3))
+def test_a_dead_letter_too_large_for_the_broker_is_still_published(
+        value: int, key: int, header: int, headers: int) -> None:
+    """Whatever part of the message is large (value, key or its own headers), its dead
+    letter ends on the topic: as it is, or, when refused as too large, as a small record
+    that says why. A dead letter that cannot be published stops the worker, and the message
+    comes back after every restart."""
+    producer = _SizeLimitedProducer(limit=50_000)
+    sink = KafkaSink(KafkaSettings(), TopicSettings(dead_letter="dlq"))
+    sink._producer = producer  # type: ignore[assignment]
+    record = RawRecord("traces", 0, 9, b"v" * value, key=b"k" * key,
+                       headers=tuple((f"h{i}", b"x" * header) for i in range(headers)))
+    asyncio.run(sink.publish_dead_letter(record, "too_large", "value too large"))
+    ((_, sent, _, sent_headers),) = producer.sent
+    names = dict(sent_headers)
+    assert names[DLQ_REASON] == b"too_large"
+    assert sent == record.value or (sent == b"" and DLQ_TRUNCATED in names)
+
+
+def test_a_message_with_huge_headers_and_key_still_gets_its_dead_letter() -> None:
+    """Before the fix the stand-in for a refused dead letter kept the message's own
+    headers and key, was refused too, and the sink raised SinkError (the worker stops)."""
+    producer = _SizeLimitedProducer(limit=50_000)
+    sink = KafkaSink(KafkaSettings(), TopicSettings(dead_letter="dlq"))
+    sink._producer = producer  # type: ignore[assignment]
+    record = RawRecord("traces", 2, 7, b"{}", key=b"k" * 60_000,
+                       headers=(("traceparent", b"00-abc"), ("blob", b"x" * 60_000)))
+    asyncio.run(sink.publish_dead_letter(record, "missing_output", "no output"))
+    ((topic, value, key, headers),) = producer.sent
+    assert (topic, value, key) == ("dlq", b"", None)
+    assert dict(headers) == {DLQ_REASON: b"missing_output", DLQ_ERROR: b"no output",
+                             DLQ_TOPIC: b"traces", DLQ_PARTITION: b"2", DLQ_OFFSET: b"7",
+                             DLQ_TRUNCATED: b"2"}

@@ -39,14 +39,17 @@ def _bounded_utf8(text: str) -> bytes:
     return data[:_MAX_ERROR_BYTES].decode("utf-8", "ignore").encode()
 
 
-def dead_letter_headers(record: Record, reason: str, error: str) -> list[tuple[str, bytes]]:
-    """Headers naming why and where a dead letter came from; the original headers follow,
-    except any that use one of these names."""
-    return [
+def dead_letter_headers(record: Record, reason: str, error: str, *,
+                        own_headers: bool = True) -> list[tuple[str, bytes]]:
+    """Headers naming why and where a dead letter came from; the original headers follow
+    (unless ``own_headers`` is False), except any that use one of these names."""
+    headers = [
         (DLQ_REASON, _bounded_utf8(reason)),
         (DLQ_ERROR, _bounded_utf8(error)),
         (DLQ_TOPIC, record.topic.encode()),
         (DLQ_PARTITION, str(record.partition).encode()),
         (DLQ_OFFSET, str(record.offset).encode()),
-        *(h for h in record.headers if h[0] not in _DLQ_NAMES),
     ]
+    if own_headers:
+        headers.extend(h for h in record.headers if h[0] not in _DLQ_NAMES)
+    return headers

@@ -36,6 +36,9 @@ _RETRY_BACKOFF_S = 0.5
 _RETRY_BACKOFF_MAX_S = 10.0
 #: Broker or client refusals of one record that no retry can change.
 _REJECTED = (MessageSizeTooLargeError, RecordListTooLargeError, PolicyViolationError)
+#: The longest original key a dead letter refused as too large keeps (see
+#: ``publish_dead_letter``); a longer one is dropped with the value.
+_MAX_TRUNCATED_KEY_BYTES = 1_024
 
 
 def crc32_partitioner(key: bytes | None, all_partitions: Sequence[int],
@@ -193,8 +196,8 @@ class KafkaSink:
     async def publish_dead_letter(self, record: Record, reason: str, error: str) -> None:
         """Publish the original bytes with the reason; returns once acknowledged.
 
-        A message too large for the producer is published without its value (headers
-        say so) rather than blocking its partition forever.
+        A message too large for the producer is published without its value, its own
+        headers and a long key (headers say so) rather than blocking its partition forever.
         """
         headers = dead_letter_headers(record, reason, error)
         value = record.value or b""
@@ -204,8 +207,15 @@ class KafkaSink:
                 await self._deliver(topic, value, record.key, headers)
             except MessageSizeTooLargeError:
                 log.warning("dead_letter_truncated", size=len(value))
+                # The message's own headers and key can be as large as its value: the
+                # stand-in keeps only ours (and a short key), so it fits whatever the
+                # message held. Refused too, it would stop the worker on every restart.
+                headers = dead_letter_headers(record, reason, error, own_headers=False)
                 headers.append((DLQ_TRUNCATED, str(len(value)).encode()))
-                await self._deliver(topic, b"", record.key, headers)
+                key = record.key
+                if key is not None and len(key) > _MAX_TRUNCATED_KEY_BYTES:
+                    key = None
+                await self._deliver(topic, b"", key, headers)
         except KafkaError as exc:
             raise SinkError(f"dead letter publish failed: {type(exc).__name__}: {exc}") from exc
 
