@@ -122,12 +122,17 @@ def _finite_in_unit(value: float | None) -> bool:
     return value is None or (math.isfinite(value) and 0.0 <= value <= 1.0)
 
 
+def check_wire(result: EvalResult) -> bytes:
+    """``result`` as published: its JSON, checked against the committed schema."""
+    wire = dump_json(result)
+    errors = sorted(VALIDATOR.iter_errors(json.loads(wire)), key=str)
+    assert not errors, (result.evaluator, [e.message for e in errors][:3])
+    return wire
+
+
 def check_results(results: list[EvalResult]) -> None:
     for result in results:
-        wire = dump_json(result)
-        document = json.loads(wire)
-        errors = sorted(VALIDATOR.iter_errors(document), key=str)
-        assert not errors, (result.evaluator, [e.message for e in errors][:3])
+        wire = check_wire(result)
         assert result.status == "ok", (result.evaluator, result.error)
         assert _finite_in_unit(result.score), (result.evaluator, result.score)
         assert _finite_in_unit(result.confidence), (result.evaluator, result.confidence)
@@ -319,7 +324,7 @@ def test_any_event_and_any_judge_answer_through_every_evaluator(
             assert (result.error or "").startswith(("judge:", "EvaluatorError:")), result.error
     check_results([r for r in results if r.status == "ok"])
     for result in results:
-        dump_json(result)
+        check_wire(result)
 
 
 # --- pinned: a model's text cut inside an emoji ---------------------------------------------
