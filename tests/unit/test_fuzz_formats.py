@@ -650,3 +650,17 @@ def test_deeply_nested_protobuf_values_are_decoded_or_dead_lettered(depth: int) 
         assert decoded.skipped == {"bad_span": 1}  # the nested list is not a message list
     else:
         assert decoded is None
+
+
+@pytest.mark.parametrize(("path", "found"), [("a.²", None), ("a.٠", "x"), ("a.0", "x")])
+def test_mapping_list_index_of_any_digit_never_crashes(path: str, found: str | None) -> None:
+    """A mapping path part that ``str.isdigit`` accepts but ``int`` does not ("²") raised
+    ValueError on every message with a list there (``decoder_error`` at the Intake)."""
+    decoder = decoder_for(InputTopic(topic="t", mapping={"output": path}))
+    decoded = outcome(decoder, _record(b'{"a": ["x"]}'))
+    if found is None:
+        assert isinstance(decoded, DecodeError)
+        assert decoded.reason == "missing_output"
+    else:
+        assert isinstance(decoded, Decoded)
+        assert decoded.events[0].output == found

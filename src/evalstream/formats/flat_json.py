@@ -39,7 +39,8 @@ def _lookup(data: Mapping[str, Any], path: tuple[str, ...]) -> Any:
     for part in path:
         if isinstance(current, Mapping):
             current = current.get(part, _MISSING)
-        elif isinstance(current, list) and part.isdigit() and int(part) < len(current):
+        # isdecimal, not isdigit: "²" is a digit that int() rejects.
+        elif isinstance(current, list) and part.isdecimal() and int(part) < len(current):
             current = current[int(part)]
         else:
             return _MISSING
