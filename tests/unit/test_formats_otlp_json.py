@@ -256,3 +256,19 @@ def test_int_and_double_values_accept_strings_and_numbers() -> None:
     assert any_value({}) is None
     assert any_value({"kvlistValue": {"values": [{"key": "a", "value": {"arrayValue": {
         "values": [{"stringValue": "x"}, {"intValue": "1"}]}}}]}}) == {"a": ["x", 1]}
+
+
+@pytest.mark.parametrize("bad", [
+    "5b8efff7 8038103d269b633813fc 60",  # bytes.fromhex skips the whitespace
+    "5b8efff798038103d269b633813f\t\n60",
+    "+b8efff798038103d269b633813fc60c",
+    "5b8efff798038103d269b633813fc6\u0660c",
+])
+def test_a_trace_id_that_is_not_32_hex_digits_is_a_bad_span(bad: str) -> None:
+    doc = otlp.load("semconv_json_strings")
+    span = doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    assert len(bad) == len(span["traceId"]) == 32
+    span["traceId"] = bad
+    assert decode(orjson.dumps(doc)).skipped == {"bad_span": 1}
+    span["traceId"] = "".join(c if c in "0123456789abcdef" else "0" for c in bad).upper()
+    assert decode(orjson.dumps(doc)).events[0].trace_id == span["traceId"].lower()

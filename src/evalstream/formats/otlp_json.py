@@ -9,6 +9,7 @@ accepted too); enums are integers; unknown fields are ignored.
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -75,13 +76,15 @@ def _attrs(key_values: Any) -> Attrs:
     return Attrs({kv["key"]: kv.get("value") for kv in key_values}, any_value)
 
 
+_HEX = re.compile("[0-9a-fA-F]*")
+
+
 def _hex_id(value: Any, length: int, what: str) -> str:
     if not isinstance(value, str) or len(value) != length:
         raise BadSpanError(f"{what} must be {length} hex characters")
-    try:
-        bytes.fromhex(value)
-    except ValueError as exc:
-        raise BadSpanError(f"{what} is not hex") from exc
+    # Not bytes.fromhex: it skips whitespace, so "0123 4567..." would pass as an id.
+    if not _HEX.fullmatch(value):
+        raise BadSpanError(f"{what} is not hex")
     return value.lower()
 
 
