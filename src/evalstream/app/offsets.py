@@ -51,11 +51,6 @@ class OffsetTracker:
         self._parts: dict[TP, PartitionState] = {}
         self._outstanding = 0
 
-    @property
-    def outstanding(self) -> int:
-        """Pieces of work started and not yet done, over every partition."""
-        return self._outstanding
-
     def assign(self, tps: Iterable[TP]) -> None:
         """Start tracking these partitions (fresh state)."""
         for tp in tps:
