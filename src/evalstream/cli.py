@@ -26,6 +26,8 @@ __all__ = ["EXIT_CONFIG", "main"]
 #: Exit code for any configuration error (the usage-error convention).
 EXIT_CONFIG = 2
 
+#: Commands whose module supplies ``add_arguments(parser)`` and ``main(args)``; imported only
+#: when the command is given, so ``run`` never loads the demo or the offline scorer.
 _DELEGATED = {
     "eval": ("evalstream.app.offline", "score a JSONL file of events with the configured routes"),
     "demo": ("evalstream.app.demo", "run a local broker, sample traffic and the worker"),
@@ -103,19 +105,9 @@ def _list_evaluators() -> int:
 
 def _delegate(command: str, argv: Sequence[str]) -> int:
     module_name, help_text = _DELEGATED[command]
-    try:
-        module: Any = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise
-        print(f"evalstream {command}: not available in this build", file=sys.stderr)
-        return 1
+    module: Any = importlib.import_module(module_name)
     parser = argparse.ArgumentParser(prog=f"evalstream {command}", description=help_text)
-    add_arguments = getattr(module, "add_arguments", None)
-    if callable(add_arguments):
-        add_arguments(parser)
-    else:
-        parser.add_argument("rest", nargs=argparse.REMAINDER)
+    module.add_arguments(parser)
     args = parser.parse_args(list(argv))
     try:
         return int(module.main(args))
