@@ -1,7 +1,10 @@
 """Wire contracts (DESIGN §3): the normalised input event and the published outputs.
 
 ``TraceEvent`` is what every format decoder produces; ``EvalResult`` and ``Alert`` are what
-the worker publishes. orjson is used here and nowhere else, so this is the one wire codec.
+the worker publishes. orjson is imported here and nowhere else: JSON on Kafka (trace
+messages in, results and alerts out) goes through ``load_json`` / ``dump_json``. The one
+other parser of trace messages is ``flat_json``'s sampling probe (msgspec), which only reads
+a message's sampling key: a message it keeps is decoded with ``load_json``.
 """
 
 from __future__ import annotations
