@@ -9,7 +9,6 @@ publishes alerts through the callback it is given.
 from __future__ import annotations
 
 import asyncio
-import importlib
 from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
@@ -63,18 +62,14 @@ class RecordingObserver:
 def drift_observer(settings: Settings, metrics: Metrics) -> ResultObserver | None:
     """The drift monitor (``evalstream.app.monitor``) when ``drift.enabled``.
 
-    Imported by name so the worker runs (without drift alerts) in a build without it.
+    Imported here, not at the top: the monitor module imports this one (and with drift
+    off it is never loaded).
     """
     if not settings.drift.enabled:
         return None
-    try:
-        module = importlib.import_module("evalstream.app.monitor")
-    except ModuleNotFoundError as exc:
-        if exc.name != "evalstream.app.monitor":
-            raise
-        return None
-    observer: ResultObserver | None = module.build_monitor(settings, metrics)
-    return observer
+    from evalstream.app.monitor import build_monitor
+
+    return build_monitor(settings, metrics)
 
 
 async def run_observer(observer: ResultObserver, publish_alert: PublishAlert,
