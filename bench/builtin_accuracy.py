@@ -1,7 +1,7 @@
 """Accuracy of the builtin (offline) judge per task on ``evaldata/{dev,test}``.
 
-Each item is turned into the ``JudgeRequest`` an evaluator sends (data field names from the
-INTERFACES table) and answered by ``BuiltinJudge``. Binary tasks report accuracy (and the
+Each item is turned into the ``JudgeRequest`` an evaluator sends (the same task and data
+field names) and answered by ``BuiltinJudge``. Binary tasks report accuracy (and the
 F1 of the undesirable class); sentiment reports macro-F1 over three classes. The weights
 and thresholds were tuned on ``dev`` only; ``test`` is reported, never tuned on.
 

@@ -1,4 +1,4 @@
-"""The builtin judge answers every task in the INTERFACES table with the agreed shapes."""
+"""The builtin judge answers every task of its ``TASKS`` table with the agreed shapes."""
 
 from __future__ import annotations
 

@@ -120,7 +120,7 @@ def _role_adherence(request: JudgeRequest) -> tuple[dict[str, float], str]:
                       behaviours=_behaviours(request))
 
 
-#: task -> scorer. Extended as scorers land; ``supports`` reads this table.
+#: task -> scorer; ``supports`` reads this table.
 TASKS: dict[str, Scorer] = {
     "refusal": _refusal,
     "sentiment": _on_text(score_sentiment),
@@ -190,7 +190,7 @@ class BuiltinJudge(Judge):
         self._info = JudgeInfo(backend="builtin", model="builtin-v1", requests=0)
 
     def supports(self, task: str) -> bool:
-        """Whether ``task`` has a builtin scorer (see the INTERFACES table)."""
+        """Whether ``task`` has a builtin scorer (a key of :data:`TASKS`)."""
         return task in TASKS
 
     async def judge(self, request: JudgeRequest) -> Judgement:
