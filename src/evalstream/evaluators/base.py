@@ -105,7 +105,7 @@ class Evaluator(abc.ABC, Generic[P]):
         """Release anything held (caches are in memory; most need nothing)."""
 
 
-# --- Shared helpers for evaluator families (added by the evaluators engineer) -------------
+# --- Shared by evaluator families: reasons, summed judge costs (more in ``common``) ------
 
 #: Instructions for the optional second request that explains a judgement in a sentence.
 REASON_INSTRUCTIONS = (
