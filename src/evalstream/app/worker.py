@@ -103,7 +103,6 @@ class Worker:
     Args:
         settings: The configuration.
         registry: Prometheus registry for the metrics (a fresh one when None).
-        metrics: An existing metrics container (overrides ``registry``).
         judges: Judges by name; built from ``settings.judges`` when None (and then closed
             by the worker).
         source: Where messages come from; a Kafka consumer group when None.
@@ -116,7 +115,6 @@ class Worker:
         settings: Settings,
         *,
         registry: CollectorRegistry | None = None,
-        metrics: Metrics | None = None,
         judges: Mapping[str, Judge] | None = None,
         source: Source | None = None,
         sink: Sink | None = None,
@@ -124,7 +122,7 @@ class Worker:
     ) -> None:
         check_route_topics(settings)
         self.settings = settings
-        self.metrics = metrics if metrics is not None else Metrics(registry)
+        self.metrics = Metrics(registry)
         self.metrics.build_info.info({"version": __version__})
         self._own_judges = judges is None
         self.judges: dict[str, Judge] = (
