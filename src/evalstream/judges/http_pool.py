@@ -32,12 +32,10 @@ class ShardedClients:
         timeout_s: httpx's timeout for each phase of a request.
         max_connections: Requests in flight at once, spread over clients of at most
             ``SHARD_SIZE`` connections each.
-        transport: An httpx transport override (tests only).
     """
 
     def __init__(self, base_url: str, *, headers: Mapping[str, str],
-                 params: Mapping[str, str], timeout_s: float, max_connections: int,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 params: Mapping[str, str], timeout_s: float, max_connections: int) -> None:
         shards = max(1, -(-max_connections // SHARD_SIZE))
         sizes = [max_connections // shards + (1 if i < max_connections % shards else 0)
                  for i in range(shards)]
@@ -48,7 +46,7 @@ class ShardedClients:
         self._clients = [
             httpx.AsyncClient(
                 base_url=base_url.rstrip("/") + "/", headers=dict(headers), verify=verify,
-                params=dict(params), timeout=timeout_s, transport=transport,
+                params=dict(params), timeout=timeout_s,
                 limits=httpx.Limits(max_connections=size, max_keepalive_connections=size))
             for size in sizes]
         self._slots: asyncio.LifoQueue[int] = asyncio.LifoQueue()

@@ -134,11 +134,9 @@ class OpenAIJudge(Judge):
         name: The configured name (metrics label, results).
         config: Endpoint, limits and prices.
         metrics: The worker's metrics container.
-        transport: An httpx transport override (tests only).
     """
 
-    def __init__(self, name: str, config: OpenAIJudgeConfig, metrics: Metrics,
-                 *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, name: str, config: OpenAIJudgeConfig, metrics: Metrics) -> None:
         self.name = name
         self.config = config
         self._metrics = metrics
@@ -151,7 +149,7 @@ class OpenAIJudge(Judge):
                                               else self._secret)
         self._http = ShardedClients(config.base_url, headers=headers, params=config.query,
                                     timeout_s=config.timeout_s,
-                                    max_connections=config.max_concurrency, transport=transport)
+                                    max_connections=config.max_concurrency)
         self._path = PATHS[config.api]
         self._host = httpx.URL(config.base_url).host or "judge"
         self._rps = (TokenBucket(config.requests_per_s, max(1.0, config.requests_per_s))
