@@ -1,8 +1,7 @@
-"""An in-memory sink for unit tests, with optional latency and failure injection."""
+"""An in-memory sink for unit tests, with optional failure injection."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
 from evalstream.errors import SinkError
@@ -24,20 +23,16 @@ class MemorySink:
     """Collects outputs in lists.
 
     Args:
-        delay_s: Simulated acknowledgement latency per publish.
         fail: When True, every publish raises ``SinkError`` (a broker that is down for good).
     """
 
-    def __init__(self, delay_s: float = 0.0, *, fail: bool = False) -> None:
+    def __init__(self, *, fail: bool = False) -> None:
         self.results: list[EvalResult] = []
         self.dead_letters: list[DeadLetter] = []
         self.alerts: list[tuple[str, Alert]] = []
-        self.delay_s = delay_s
         self.fail = fail
 
     async def _ack(self) -> None:
-        if self.delay_s:
-            await asyncio.sleep(self.delay_s)
         if self.fail:
             raise SinkError("memory sink set to fail")
 
