@@ -124,15 +124,13 @@ def _or_nan(value: float | None) -> float:
     return _NAN if value is None else value
 
 
-def build_monitor(settings: Settings, metrics: Metrics,
-                  clock: Clock | None = None) -> ResultObserver | None:
+def build_monitor(settings: Settings, metrics: Metrics) -> ResultObserver | None:
     """The worker's drift monitor, or ``None`` when ``drift.enabled`` is false.
 
     Args:
         settings: The whole configuration (only ``settings.drift`` is read).
         metrics: The worker's metric container.
-        clock: Optional clock (seconds since the epoch) for tests.
     """
     if not settings.drift.enabled:
         return None
-    return DriftMonitor(settings.drift, metrics, clock if clock is not None else time.time)
+    return DriftMonitor(settings.drift, metrics)
