@@ -45,7 +45,7 @@ class ResultObserver(Protocol):
 
 
 class RecordingObserver:
-    """Keeps every observed result in memory (tests, the demo)."""
+    """Keeps every observed result in memory (tests; the demo reads results back from Kafka)."""
 
     def __init__(self) -> None:
         self.results: list[EvalResult] = []
