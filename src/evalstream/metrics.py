@@ -130,7 +130,8 @@ class Metrics:
             registry=r)
         self.judge_escalations = Counter(
             "evalstream_judge_escalations_total",
-            "Cascade decisions: answered by the first judge or escalated.",
+            "Cascade decisions: answered by the first judge, escalated when it was unsure, "
+            "or unsupported (the first judge cannot take the request; the second answers).",
             ["judge", "decision"], registry=r)
 
         # --- live pass rates and drift --------------------------------------------------
