@@ -1,4 +1,4 @@
-"""Wire contracts (DESIGN §3): the normalised input event and the published outputs.
+"""Wire contracts: the normalised input event and the published outputs.
 
 ``TraceEvent`` is what every format decoder produces; ``EvalResult`` and ``Alert`` are what
 the worker publishes. orjson is imported here and nowhere else: JSON on Kafka (trace

@@ -81,7 +81,7 @@ async def test_every_message_is_a_result_a_skip_or_a_dead_letter(broker: Broker)
         await wait_for(lambda: _reached(broker, topics, ends), timeout=60,
                        what="committed offsets to reach the end")
 
-        def caught_up() -> bool:  # lag comes from fetch high watermarks (DESIGN §7)
+        def caught_up() -> bool:  # lag comes from fetch high watermarks
             lags = [registry.get_sample_value("evalstream_consumer_lag_messages",
                                               {"topic": topics.inputs, "partition": str(p)})
                     for p in range(PARTITIONS)]

@@ -1,4 +1,4 @@
-"""Per-partition commit watermarks for out-of-order completion (DESIGN §4).
+"""Per-partition commit watermarks for out-of-order completion.
 
 Messages of a partition arrive in offset order but their evaluations finish in any order.
 Each tracked offset carries a count of outstanding pieces of work (evaluations whose

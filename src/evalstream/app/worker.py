@@ -1,4 +1,4 @@
-"""The streaming worker: consume, decode, sample, evaluate, publish, commit (DESIGN §1, §4).
+"""The streaming worker: consume, decode, sample, evaluate, publish, commit.
 
 Lifecycle (``Worker.run``): start the HTTP server (so /healthz answers while the broker is
 still being reached), then connect the sink, then the source; run the consume loop, the

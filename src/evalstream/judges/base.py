@@ -1,4 +1,4 @@
-"""The judge contract every evaluator asks and every backend answers (DESIGN §5).
+"""The judge contract every evaluator asks and every backend answers.
 
 An evaluator describes *what* to decide as a ``JudgeRequest``: a task key, fixed
 instructions, a question, the answer options and the untrusted data. A backend decides *how*:

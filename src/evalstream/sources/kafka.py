@@ -1,8 +1,10 @@
 """The Kafka source: an aiokafka consumer group with manual commits.
 
-Auto-commit is off: the worker commits per partition only what is complete (DESIGN §4).
-Lag comes from ``highwater`` (taken from fetch responses), not ``end_offsets``, which the
-Tansu broker answers with the last batch's base offset + 1 (DESIGN §7).
+Auto-commit is off: the worker commits per partition only what is complete
+(``app/offsets.py``).
+Lag comes from ``highwater`` (taken from fetch responses); only paused partitions, which
+fetch nothing, also ask for ``end_offsets``, which the Tansu broker answers with the last
+batch's base offset + 1 (short of the end), so the larger of the two counts.
 """
 
 from __future__ import annotations
