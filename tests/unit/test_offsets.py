@@ -22,7 +22,7 @@ def test_commit_stops_at_the_lowest_unfinished_offset() -> None:
     t.done(state, 2)
     t.done(state, 4)
     assert t.committable() == {TP: 5}
-    assert t.outstanding == 0
+    assert t.pending() == 0
 
 
 def test_messages_with_several_results_complete_on_the_last() -> None:
@@ -70,12 +70,12 @@ def test_revoked_partitions_are_forgotten() -> None:
     state = t.track(TP, 0, 2)
     assert state is not None
     t.track(other, 0, 1)
-    assert t.outstanding == 3
+    assert t.pending() == 3
     t.revoke([TP])
     assert not t.is_assigned(TP)
-    assert t.outstanding == 1
+    assert t.pending() == 1
     t.done(state, 0)  # late completion of revoked work is ignored
-    assert t.outstanding == 1
+    assert t.pending() == 1
     assert t.committable() == {other: 0}
     assert t.committable([TP]) == {}
     assert t.track(TP, 1, 1) is None  # records of a partition we do not hold are dropped
