@@ -75,15 +75,17 @@ async def test_generation_goes_to_the_second_judge_only() -> None:
 
 
 @pytest.mark.parametrize(("probs", "decision"), [
-    ({"yes": 0.8, "no": 0.2}, "answered"),   # confidence 0.6 == min_confidence: stands
-    ({"yes": 0.7, "no": 0.3}, "escalated"),  # confidence 0.4 < 0.6
+    # Binary fractions, so the confidence is exactly 0.5 (0.8 - 0.2 is 0.6000000000000001,
+    # which a ">" would also let stand and so could not pin the boundary).
+    ({"yes": 0.75, "no": 0.25}, "answered"),    # confidence 0.5 == min_confidence: stands
+    ({"yes": 0.625, "no": 0.375}, "escalated"),  # confidence 0.25 < 0.5
 ])
 async def test_confidence_at_the_threshold_stands(probs: dict[str, float],
                                                   decision: str) -> None:
     first = ScriptedJudge({"refusal": probs}, name="cheap")
     then = ScriptedJudge({"refusal": {"yes": 0.1, "no": 0.9}}, name="llm")
     metrics = Metrics()
-    answer = await cascade(first, then, metrics, min_confidence=0.6).judge(request())
+    answer = await cascade(first, then, metrics, min_confidence=0.5).judge(request())
     counts = decisions(metrics)
     assert counts[decision] == 1.0
     assert sum(counts.values()) == 1.0
@@ -93,3 +95,13 @@ async def test_confidence_at_the_threshold_stands(probs: dict[str, float],
     else:
         assert dict(answer.probabilities) == {"yes": 0.1, "no": 0.9}
         assert answer.info.escalated is True
+
+
+def test_a_cascade_supports_what_either_judge_supports() -> None:
+    first = ScriptedJudge({"refusal": {"yes": 1.0}}, name="cheap")
+    then = ScriptedJudge({"topic": {"a": 1.0}}, name="llm")
+    judge = cascade(first, then, Metrics())
+    assert judge.name == "smart"
+    assert judge.supports("refusal")  # the first judge's task only
+    assert judge.supports("topic")  # the second judge's task only
+    assert not judge.supports("toxicity")
