@@ -149,7 +149,10 @@ def test_missing_logprobs_detected(body: object) -> None:
 
 @pytest.mark.parametrize(("text", "answer"), [
     ('{"output": "yes"}', "yes"), (' {"output": "No"} ', "no"),
-    ('```json\n{"output": "yes"}\n```', "yes"), ('{"output": 3}', "3")])
+    ('```json\n{"output": "yes"}\n```', "yes"), ('{"output": 3}', "3"),
+    # Fences without a language tag: only a first line that is a tag (a word) is dropped.
+    ('```{"output": "no"}```', "no"), ('```{"output": "no"}\n```', "no"),
+    ('```\n{"output": "yes"}\n```', "yes")])
 def test_json_answers(text: str, answer: str) -> None:
     assert parse_json_answer(text, ("yes", "no", "3")) == answer
 
