@@ -83,6 +83,55 @@ def test_shapes_of_each_provider() -> None:
         assert probs["yes"] == pytest.approx(0.6)
 
 
+def test_only_the_first_choice_and_the_first_position_are_read() -> None:
+    # n > 1 choices or a longer generation (a backend ignoring max_tokens=1): the answer is
+    # the first choice's first token, whatever later ones say.
+    lp = math.log
+
+    def position(yes: float) -> dict[str, object]:
+        return {"token": "yes", "logprob": lp(yes), "top_logprobs": [
+            {"token": "yes", "logprob": lp(yes)}, {"token": "no", "logprob": lp(1 - yes)}]}
+
+    chat = {"choices": [{"logprobs": {"content": [position(0.9), position(0.1)]}},
+                        {"logprobs": {"content": [position(0.2)]}}]}
+    legacy = {"choices": [{"logprobs": {"top_logprobs": [{"yes": lp(0.9), "no": lp(0.1)},
+                                                         {"yes": lp(0.1), "no": lp(0.9)}]}},
+                          {"logprobs": {"top_logprobs": [{"yes": lp(0.2), "no": lp(0.8)}]}}]}
+    native = {"completion_probabilities": [
+        {"top_logprobs": [{"token": "yes", "logprob": lp(0.9)},
+                          {"token": "no", "logprob": lp(0.1)}]},
+        {"top_logprobs": [{"token": "yes", "logprob": lp(0.1)},
+                          {"token": "no", "logprob": lp(0.9)}]}]}
+    for body in (chat, legacy, native):
+        probs = option_probabilities(first_token_distribution(body), ("yes", "no"))
+        assert probs["yes"] == pytest.approx(0.9)
+
+
+def test_chat_without_top_logprobs_falls_back_to_the_chosen_token() -> None:
+    # A backend asked for logprobs but not returning top_logprobs still gives the sampled
+    # token's own logprob: that is one option's mass, enough to answer.
+    for top in ({}, {"top_logprobs": []}, {"top_logprobs": None}):
+        body = {"choices": [{"logprobs": {"content": [
+            {"token": " No", "logprob": math.log(0.7), **top}]}}]}
+        assert first_token_distribution(body) == {" No": pytest.approx(0.7)}
+        assert option_probabilities(first_token_distribution(body), ("yes", "no")) == {
+            "yes": 0.0, "no": 1.0}
+
+
+def test_malformed_entries_are_skipped() -> None:
+    # Entries that are not objects, or lack a string token or a number, are skipped, not a
+    # crash: the rest of the distribution is still read.
+    top: list[object] = [None, "yes", ["no", -0.1], {"token": 5, "logprob": -0.1},
+                         {"token": "maybe"}, {"token": "yes", "logprob": "high"},
+                         {"token": "yes", "logprob": math.log(0.6)},
+                         {"token": "no", "logprob": math.log(0.4)}]
+    chat = {"choices": [{"logprobs": {"content": [{"token": "yes", "top_logprobs": top}]}}]}
+    native = {"completion_probabilities": [{"top_logprobs": top}]}
+    for body in (chat, native):
+        assert first_token_distribution(body) == {
+            "yes": pytest.approx(0.6), "no": pytest.approx(0.4)}
+
+
 def test_unusual_numbers_are_clamped_or_ignored() -> None:
     def chat(top: list[dict[str, object]]) -> dict[str, object]:
         return {"choices": [{"logprobs": {"content": [{"token": "x", "top_logprobs": top}]}}]}
