@@ -61,8 +61,11 @@ def test_option_mass_is_summed_and_renormalised() -> None:
 
 
 def test_no_option_in_top_tokens_raises() -> None:
-    with pytest.raises(OptionsNotFoundError, match=r"none of the answer options \['1', '2'\]"):
+    with pytest.raises(OptionsNotFoundError,
+                       match=r"none of the answer options \['1', '2'\]") as caught:
         option_probabilities({"The": 0.9, "A": 0.1}, ("1", "2"))
+    # At temperature 0 the same question gets the same tokens: retrying cannot help.
+    assert caught.value.retryable is False
 
 
 def test_shapes_of_each_provider() -> None:
