@@ -318,3 +318,34 @@ def test_design_cache_survives_a_clear_from_another_thread(
     racy = _ClearedAfterLookup({cusum._key(0.1, 0.1, 1e5): design})
     monkeypatch.setattr(cusum, "_CACHE", racy)
     assert design_cusum(0.1, 0.1, 1e5) == design  # not a KeyError
+
+
+def test_average_run_length_with_no_threshold_is_one_observation() -> None:
+    # h <= 0: the statistic starts at the threshold, so the first observation alarms.
+    assert average_run_length(0.2, up=1, down=1, h=0) == 1.0
+    assert average_run_length(0.2, up=3, down=2, h=-1) == 1.0
+
+
+@pytest.mark.parametrize(("p0", "shift"), [(0.3, 0.2), (0.2, 0.05), (0.05, 0.2), (0.5, 0.2)])
+def test_integer_steps_track_the_llr_ratio_closely(p0: float, shift: float) -> None:
+    # The smallest denominator within 2% is taken. None of these ratios is within 2% of a
+    # whole number, so the steps must be a real fraction. (0.5, 0.2): the good outcome's
+    # step is the larger one, so ``down`` takes the larger count.
+    design = design_cusum(p0, shift, 1e4)
+    assert design is not None
+    llr_bad = math.log(design.p1 / design.p0)
+    llr_good = math.log((1 - design.p0) / (1 - design.p1))
+    assert design.up / design.down == pytest.approx(llr_bad / llr_good, rel=0.02)
+    assert min(design.up, design.down) > 1
+    # The unit is the smaller LLR step divided into that side's count.
+    assert design.unit * min(design.up, design.down) == pytest.approx(min(llr_bad, llr_good))
+
+
+def test_design_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cusum, "_CACHE", {})
+    monkeypatch.setattr(cusum, "_CACHE_SIZE", 3)
+    for i in range(10):
+        assert design_cusum(0.1 + i / 100, 0.1, 1e3) is not None
+        assert len(cusum._CACHE) <= 3
+    # The newest design is the one kept.
+    assert cusum.is_designed(0.19, 0.1, 1e3)
