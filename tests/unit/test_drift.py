@@ -341,6 +341,14 @@ def test_integer_steps_track_the_llr_ratio_closely(p0: float, shift: float) -> N
     assert design.unit * min(design.up, design.down) == pytest.approx(min(llr_bad, llr_good))
 
 
+def test_symmetric_llr_steps_are_equal() -> None:
+    # p0 = 0.4 -> p1 = 0.6: a bad outcome is as much evidence for as a good one against.
+    design = design_cusum(0.4, 0.2, 1e4)
+    assert design is not None
+    assert (design.up, design.down) == (1, 1)
+    assert design.unit == pytest.approx(math.log(1.5))
+
+
 def test_design_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cusum, "_CACHE", {})
     monkeypatch.setattr(cusum, "_CACHE_SIZE", 3)
