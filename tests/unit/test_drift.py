@@ -90,6 +90,24 @@ def test_window_slides_and_memory_is_bounded() -> None:
     assert counts.stats(now=4000.0, window_s=300, min_samples=1).n == 0
 
 
+@pytest.mark.parametrize(("bucket_s", "horizon_s"), [(0, 60), (-1, 60), (10, 5)])
+def test_window_rejects_a_bucket_wider_than_the_horizon_or_empty(bucket_s: int,
+                                                                 horizon_s: int) -> None:
+    with pytest.raises(ValueError, match="bucket_s"):
+        SlidingCounts(bucket_s=bucket_s, horizon_s=horizon_s)
+    SlidingCounts(bucket_s=10, horizon_s=10)  # one bucket is fine
+
+
+def test_reading_a_quiet_window_drops_its_expired_buckets() -> None:
+    # A stream that stopped keeps no buckets once it is read past the horizon.
+    counts = SlidingCounts(bucket_s=10, horizon_s=60)
+    for t in range(30):
+        counts.add(float(t), hit=True)
+    assert len(counts) == 3
+    assert counts.stats(now=1000.0, window_s=60, min_samples=1).n == 0
+    assert len(counts) == 0
+
+
 def test_format_window() -> None:
     assert [format_window(s) for s in (300, 3600, 86400, 45, 90)] == [
         "5m", "1h", "1d", "45s", "90s"]
