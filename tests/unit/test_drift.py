@@ -359,6 +359,20 @@ def test_integer_steps_track_the_llr_ratio_closely(p0: float, shift: float) -> N
     assert design.unit * min(design.up, design.down) == pytest.approx(min(llr_bad, llr_good))
 
 
+def test_integer_steps_use_the_smallest_denominator_within_two_percent() -> None:
+    # LLR ratio 9.88: 10/1 is within 2%, so the chain stays small (79/8 would be closer
+    # but makes the solve ~8x the work for no useful gain).
+    design = design_cusum(0.05, 0.10, 1e4)
+    assert design is not None
+    assert (design.up, design.down) == (10, 1)
+
+
+def test_design_keeps_the_configured_shift_to_four_decimals() -> None:
+    design = design_cusum(0.1, 0.0525, 1e4)
+    assert design is not None
+    assert (design.p0, design.p1) == (0.1, 0.1525)
+
+
 def test_symmetric_llr_steps_are_equal() -> None:
     # p0 = 0.4 -> p1 = 0.6: a bad outcome is as much evidence for as a good one against.
     design = design_cusum(0.4, 0.2, 1e4)
