@@ -98,6 +98,15 @@ def test_window_rejects_a_bucket_wider_than_the_horizon_or_empty(bucket_s: int,
     SlidingCounts(bucket_s=10, horizon_s=10)  # one bucket is fine
 
 
+def test_a_single_observation_is_enough_when_min_samples_is_one() -> None:
+    counts = SlidingCounts(bucket_s=1, horizon_s=60)
+    counts.add(10.0, hit=False)
+    one = counts.stats(now=10.0, window_s=60, min_samples=1)
+    assert (one.n, one.rate) == (1, 0.0)
+    assert one.upper is not None
+    assert one.upper > 0.0
+
+
 def test_reading_a_quiet_window_drops_its_expired_buckets() -> None:
     # A stream that stopped keeps no buckets once it is read past the horizon.
     counts = SlidingCounts(bucket_s=10, horizon_s=60)
