@@ -230,6 +230,57 @@ def test_detector_resolves_when_stale() -> None:
     assert det.pending[-1].stale
 
 
+def test_detector_fires_at_the_threshold_and_resolves_below_its_share() -> None:
+    det = Detector("pass_rate_drop", "r", "e",
+                   _settings(min_detect_samples=1, resolve_ratio=0.5, arl0=1e5), 0.10,
+                   baseline_bad=0.05)
+    design = det.design
+    assert design is not None
+    # The walk below relies on this design: +10 per failure, -1 per pass, alarm at 76.
+    assert (design.up, design.down, design.h) == (10, 1, 76)
+    t = 0.0
+    for bad in [True] * 7 + [False] * 4:  # the statistic peaks at 70, ends at 66
+        det.observe(bad, t)
+        t += 1
+    assert not det.firing
+    det.observe(True, t)  # 76: exactly the threshold, which alarms ("S >= h")
+    assert det.firing
+    assert det.pending[-1].statistic == pytest.approx(design.threshold)
+    for _ in range(38):  # down to 38 = resolve_ratio x h: not yet below it
+        t += 1
+        det.observe(False, t)
+    assert det.firing
+    det.observe(False, t + 1)  # 37 < 38: resolved
+    assert not det.firing
+    assert [tr.state for tr in det.pending] == ["firing", "resolved"]
+
+
+def test_after_a_stale_resolve_min_detect_samples_counts_afresh() -> None:
+    det = Detector("pass_rate_drop", "r", "e",
+                   _settings(min_detect_samples=20, stale_after_s=60), 0.10, baseline_bad=0.05)
+    for i in range(20):
+        det.observe(True, float(i))
+    assert det.firing
+    det.check_stale(19.0 + 59.9)
+    assert det.firing
+    det.check_stale(19.0 + 60.0)  # quiet for exactly stale_after_s
+    assert not det.firing
+    assert det.pending[-1].stale
+    fired_after = 0
+    while not det.firing:
+        fired_after += 1
+        det.observe(True, 100.0 + fired_after)
+    assert fired_after == 20  # every one a failure, but 20 needed again
+
+
+def test_learned_baseline_without_margin_designs_at_the_estimate() -> None:
+    # margin_z 0: no pessimistic margin, the design point is the smoothed estimate itself
+    # (not the raw share 9/10, which is above it).
+    assert learned_baseline(9, 10, 0.0) == (9.5 / 11, 9.5 / 11)
+    estimate, design = learned_baseline(9, 10, 1.0)
+    assert design > 0.9 > estimate
+
+
 def test_settings_reject_bad_values() -> None:
     with pytest.raises(ValueError, match="strictly between 0 and 1"):
         DriftSettings(baselines={"r/e": 1.0})
