@@ -302,6 +302,13 @@ def test_chi2_survival_matches_tables(x: float, df: int, p: float) -> None:
     assert chi2_sf(x, 2) == pytest.approx(math.exp(-x / 2), rel=1e-9)
 
 
+def test_chi2_needs_degrees_of_freedom() -> None:
+    # A single label leaves none; the G-test never asks, anything else is a caller's bug.
+    with pytest.raises(ValueError, match="df must be positive"):
+        chi2_sf(1.0, 0)
+    assert chi2_sf(0.0, 3) == 1.0
+
+
 def test_g_test_flags_a_changed_mix_and_passes_the_same_mix() -> None:
     baseline = Counter({"billing": 600, "shipping": 350, "other": 50})
     same = g_test(Counter({"billing": 61, "shipping": 34, "other": 5}), baseline)
