@@ -23,7 +23,7 @@ from evalstream.drift import (
     learned_baseline,
     wilson_interval,
 )
-from evalstream.drift.mix import MAX_LABELS, chi2_isf
+from evalstream.drift.mix import MAX_LABELS, MixDetector, chi2_isf
 
 
 def test_wilson_matches_known_values() -> None:
@@ -340,6 +340,59 @@ def test_label_window_is_bounded_in_time_and_labels() -> None:
     window.add(50.0, "label0")
     window.add(50.0, "never-seen")  # the label set is full: counted as overflow
     assert window.counts(50.0, 10) == Counter({"label0": 1, "(more)": 1})
+
+
+def test_g_test_names_the_label_that_moved_most_against_its_noise() -> None:
+    # "b" went from 10% to 14%; "a" lost the same 40 evaluations, but from 80% that is
+    # within its noise. The alert must name "b" (standardised, not raw, departure).
+    moved = g_test(Counter({"a": 760, "b": 140, "c": 100}),
+                   Counter({"a": 800, "b": 100, "c": 100}))
+    assert moved is not None
+    assert (moved.label, moved.baseline_share, moved.share) == ("b", 0.1, 0.14)
+
+
+def test_g_test_result_fields_at_the_edges() -> None:
+    # A label the baseline never saw: its baseline share is 0.
+    new = g_test(Counter({"billing": 10, "refunds": 30}), Counter({"billing": 100}))
+    assert new is not None
+    assert (new.label, new.baseline_share, new.share) == ("refunds", 0.0, 0.75)
+    # One label on both sides: both shares are all of it.
+    alone = g_test(Counter({"neutral": 40}), Counter({"neutral": 500}))
+    assert alone is not None
+    assert (alone.n, alone.label, alone.baseline_share, alone.share) == (40, "neutral", 1.0, 1.0)
+    # A single live evaluation is something to compare (min_samples is the caller's rule).
+    one = g_test(Counter({"a": 1}), Counter({"a": 5, "b": 5}))
+    assert one is not None
+    assert one.n == 1
+    assert g_test(Counter({"a": 1}), Counter()) is None
+
+
+def test_label_window_memory_is_bounded_by_the_horizon() -> None:
+    window = LabelWindow(bucket_s=1, horizon_s=10)
+    for t in range(1000):
+        window.add(float(t), "a")
+    assert len(window._buckets) <= 10
+    assert window.counts(999.0, 10) == Counter({"a": 10})
+
+
+def test_mix_detector_resolves_when_quiet_for_exactly_stale_after() -> None:
+    det = MixDetector("r", "topic", warmup=10, alpha=1e-3, resolve_p=0.1, min_samples=10,
+                      window_s=60)
+    window = LabelWindow(bucket_s=1, horizon_s=60, vocabulary=det.vocabulary)
+    for i in range(10):
+        det.observe("a", float(i))
+    for i in range(100):
+        window.add(20.0 + i * 0.1, "b")
+        det.observe("b", 20.0 + i * 0.1)
+    det.check(window, 30.0)
+    assert det.firing
+    last = det.last_seen
+    assert last is not None
+    det.check_stale(last + 59.0, stale_after_s=60.0)
+    assert det.firing
+    det.check_stale(last + 60.0, stale_after_s=60.0)
+    assert not det.firing
+    assert [p[0] for p in det.pending] == ["firing", "resolved"]
 
 
 def test_learned_baseline_is_designed_on_the_pessimistic_side() -> None:
