@@ -381,13 +381,13 @@ def test_mix_detector_resolves_when_quiet_for_exactly_stale_after() -> None:
     window = LabelWindow(bucket_s=1, horizon_s=60, vocabulary=det.vocabulary)
     for i in range(10):
         det.observe("a", float(i))
-    for i in range(100):
-        window.add(20.0 + i * 0.1, "b")
-        det.observe("b", 20.0 + i * 0.1)
+    for i in range(100):  # whole seconds, so "exactly 60 s later" is exact in floats
+        window.add(20.0 + i // 10, "b")
+        det.observe("b", 20.0 + i // 10)
     det.check(window, 30.0)
     assert det.firing
     last = det.last_seen
-    assert last is not None
+    assert last == 29.0
     det.check_stale(last + 59.0, stale_after_s=60.0)
     assert det.firing
     det.check_stale(last + 60.0, stale_after_s=60.0)
