@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from evalstream.evaluators.labels import label_score
 from evalstream.evaluators.scales import scale_score
 from evalstream.events import JudgeInfo
 from evalstream.judges.base import Judgement
@@ -47,3 +48,29 @@ def test_scale_ignores_levels_outside_the_scale() -> None:
     assert score.raw_score == pytest.approx(3.0)
     assert score.label == "1"  # a tie goes to the earlier (lower) level
     assert score.details == {"margin": pytest.approx(0.0)}
+
+
+def test_label_without_fail_labels_only_classifies() -> None:
+    score = label_score(judgement({"b": 0.5, "a": 0.3, "other": 0.2, "x": 5.0}),
+                        ("a", "b", "other"), ())
+    assert (score.score, score.passed, score.label) == (None, None, "b")
+    assert score.probabilities == pytest.approx({"a": 0.3, "b": 0.5, "other": 0.2})
+    assert score.confidence == pytest.approx(0.2)  # top minus runner-up
+
+
+def test_label_passed_follows_the_top_label_and_score_the_failing_mass() -> None:
+    # The top label passes although failing labels hold more mass in total.
+    score = label_score(judgement({"a": 0.4, "b": 0.3, "c": 0.3}), ("a", "b", "c"), ("b", "c"))
+    assert score.label == "a"
+    assert score.passed is True
+    assert score.score == pytest.approx(0.4)
+    # A failing label the options do not have is ignored, not an error.
+    score = label_score(judgement({"a": 0.1, "b": 0.9}), ("a", "b"), ("b", "zzz"))
+    assert (score.label, score.passed) == ("b", False)
+    assert score.score == pytest.approx(0.1)
+
+
+def test_label_with_a_single_option_is_certain() -> None:
+    score = label_score(judgement({"only": 0.7}), ("only",), ())
+    assert score.label == "only"
+    assert score.confidence == pytest.approx(1.0)
