@@ -35,6 +35,7 @@ def test_scale_higher_is_better_counts_levels_at_or_above_the_threshold() -> Non
     score = scale_score(judgement({"2": 0.2, "3": 0.3, "5": 0.5}), 5, 3, lower_is_better=False)
     assert score.score == pytest.approx(0.8)
     assert score.passed is True
+    assert score.confidence == pytest.approx(0.6)  # |p - 0.5| x 2
     assert score.threshold == 3.0
     assert score.details == {"margin": pytest.approx(0.2)}
 
