@@ -105,9 +105,11 @@ async def test_a_request_larger_than_a_burst_still_passes() -> None:
 async def test_debit_without_waiting_puts_the_bucket_in_debt() -> None:
     clock = FakeClock()
     bucket = TokenBucket(rate=100.0, capacity=5.0, clock=clock)
+    assert await bucket.take(5.0) == 0.0
+    clock.now = 10.0  # idle: refilled to the burst size (5), no more
     bucket.debit(7.0)
     bucket._refill()
-    assert bucket._tokens == pytest.approx(-2.0)
+    assert bucket._tokens == pytest.approx(-2.0)  # the idle time cannot pay for it again
 
 
 # --- circuit breaker -----------------------------------------------------------------
