@@ -157,3 +157,18 @@ async def test_a_late_failure_in_half_open_does_not_reopen_without_the_probe() -
     await breaker.record(True, probe=True)
     assert breaker.state is CircuitState.CLOSED
     assert await breaker.acquire() is False  # closed: no probe
+
+
+async def test_the_probe_taken_after_an_abandoned_one_is_still_the_only_one() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(failures=1, reset_s=1.0, clock=clock)
+    await breaker.record(False)
+    clock.now = 1.0
+    assert await breaker.acquire() is True  # probe 1, then cancelled without an outcome
+    await breaker.abandon(probe=True)
+    assert await asyncio.wait_for(breaker.acquire(), 1.0) is True  # probe 2
+    third = asyncio.create_task(breaker.acquire())
+    await asyncio.sleep(0.01)
+    assert not third.done()  # still one probe at a time
+    await breaker.record(True, probe=True)
+    assert await asyncio.wait_for(third, 1.0) is False  # closed: goes out as normal
