@@ -255,6 +255,20 @@ def test_detector_fires_at_the_threshold_and_resolves_below_its_share() -> None:
     assert [tr.state for tr in det.pending] == ["firing", "resolved"]
 
 
+def test_a_baseline_leaving_no_room_for_the_shift_disables_the_detector() -> None:
+    # 95% failing already: a 10-point rise is impossible, so there is nothing to detect,
+    # and the detector must not fall back to learning a baseline of its own.
+    det = Detector("pass_rate_drop", "r", "e", _settings(warmup_samples=10), 0.10,
+                   baseline_bad=0.95)
+    assert det.disabled
+    assert det.design is None
+    for i in range(100):
+        det.observe(True, float(i))
+    assert (det.design, det.statistic, det.firing, det.warm_n) == (None, None, False, 0)
+    assert det.pending == []
+    assert det.awaiting_design is None
+
+
 def test_after_a_stale_resolve_min_detect_samples_counts_afresh() -> None:
     det = Detector("pass_rate_drop", "r", "e",
                    _settings(min_detect_samples=20, stale_after_s=60), 0.10, baseline_bad=0.05)
