@@ -91,7 +91,7 @@ class _Answer:
 def _backend_answered(error: JudgeError | None) -> bool:
     """Whether an attempt's outcome counts for the backend's health (the circuit breaker).
 
-    Any HTTP error status below 500 (429 and 408 included) is an answer: the backend is up
+    Any HTTP error status below 500 (the retryable 4xx included) is an answer: the backend is up
     and the request, or its rate, was at fault. No status (a timeout or a broken
     connection), a 5xx, or a 2xx whose body is not JSON (``classify_response`` marks it
     status 200) counts against it.
@@ -201,7 +201,7 @@ class OpenAIJudge(Judge):
                           value=answer.value)
 
     def should_retry(self, error: JudgeError) -> bool:
-        """Whether a failed attempt is worth retrying (429, 408, 5xx, timeouts, resets)."""
+        """Whether a failed attempt is worth retrying (408/409/425/429, 5xx, timeouts, resets)."""
         return error.retryable
 
     async def aclose(self) -> None:

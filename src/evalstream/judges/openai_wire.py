@@ -41,6 +41,9 @@ PATHS = {"chat": "chat/completions", "completions": "completions", "llamacpp": "
 # does not support them); any other 400 is about that one request (content filter, prompt
 # too long) and says nothing about logprobs.
 _LOGPROB_PARAMS = re.compile(r"logprob|n_probs", re.IGNORECASE)
+# The client errors that say "try again": request timeout, conflict (a lock or a busy
+# resource on the provider's side), too early (RFC 8470) and too many requests.
+_RETRYABLE_4XX = frozenset({408, 409, 425, 429})
 _NON_RETRYABLE_HINT = {
     400: "the request was rejected (bad parameters or model)",
     401: "authentication failed: check the API key",
@@ -197,8 +200,8 @@ def classify_response(response: httpx.Response, *, judge: str, host: str,
 
     Returns:
         The parsed JSON body of a 2xx response; otherwise a ``JudgeError`` that says
-        whether it is retryable (429, 408, 5xx and a non-JSON 2xx body) and carries the
-        status and ``Retry-After``. A 400 that names the logprobs parameters is a
+        whether it is retryable (408, 409, 425, 429, 5xx and a non-JSON 2xx body) and
+        carries the status and ``Retry-After``. A 400 that names the logprobs parameters is a
         ``LogprobsRejectedError``.
     """
     status = response.status_code
@@ -212,7 +215,7 @@ def classify_response(response: httpx.Response, *, judge: str, host: str,
         return body, None
     retry_after = parse_retry_after(response.headers.get("retry-after"))
     detail = _error_detail(response, redact)
-    if status == 429 or status == 408 or status >= 500:
+    if status in _RETRYABLE_4XX or status >= 500:
         return None, JudgeError(f"judge {judge!r}: HTTP {status} from {host}"
                                 f"{detail}", retryable=True, status=status,
                                 retry_after=retry_after)
