@@ -271,7 +271,10 @@ class OpenAIJudge(Judge):
                 return await self._judge_json(request, usage)
             try:
                 with reading_response("logprobs", judge=self.name, host=self._host):
-                    dist = first_token_distribution(body)
+                    # Tokens are quoted in the "options not found" error, cut short:
+                    # scrubbed first, a key a server echoes as a token never shows.
+                    dist = {self._redact(token): p
+                            for token, p in first_token_distribution(body).items()}
                     answer = _Answer(option_probabilities(dist, request.options), usage)
             except MissingLogprobsError as exc:
                 if self.config.logprobs == "always":
@@ -327,7 +330,9 @@ class OpenAIJudge(Judge):
                              top_logprobs=self.config.top_logprobs)
 
     def _content(self, body: Any) -> str:
-        return response_text(body, self.config.api, judge=self.name)
+        # A server may echo the key in its answer (a debugging proxy, a wrong base_url):
+        # scrubbed here, it reaches neither an error message nor a result's reason.
+        return self._redact(response_text(body, self.config.api, judge=self.name))
 
     # --- one logical request with limits, breaker and retries ---------------------------
 
