@@ -172,13 +172,20 @@ def read_tokens(body: Any) -> tuple[int, int]:
     return tokens_in, tokens_out
 
 
+#: More tokens than any request can hold: a count above it is corrupt. Summed over a
+#: call's attempts and priced, such a count (1e308) overflowed a float and crashed judge().
+_MAX_TOKENS = 2**31
+
+
 def _count(value: Any) -> int:
-    """A token count from a response (0 when absent, not a number, NaN or infinite)."""
+    """A token count from a response (0 when absent, not a number, NaN, infinite or past
+    any real count)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0
     if isinstance(value, float) and not math.isfinite(value):
         return 0  # Python's json reads the bare literals NaN and Infinity
-    return max(0, int(value))
+    count = max(0, int(value))
+    return count if count <= _MAX_TOKENS else 0
 
 
 # --- errors -------------------------------------------------------------------------------
