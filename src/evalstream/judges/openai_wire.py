@@ -260,5 +260,8 @@ def _names_logprobs(response: httpx.Response) -> bool:
     if fields:
         texts = [v for k in ("param", "code", "message") if isinstance(v := fields.get(k), str)]
     else:
-        texts = [response.text[:1000]]
+        # Not ``response.text``: that decodes with the charset the server names, and a
+        # bogus one ("rot13", "utf-16" without a BOM) raised TypeError or UnicodeError out
+        # of judge(). The parameter names sought are ASCII.
+        texts = [response.content[:1000].decode("utf-8", "replace")]
     return any(_LOGPROB_PARAMS.search(text) for text in texts)
