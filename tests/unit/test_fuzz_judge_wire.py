@@ -13,7 +13,8 @@ charsets, gzip bodies (valid and not), truncated and dripped bodies. For each an
 * an HTTP error status is retryable exactly when its semantics say so (408, 409, 425, 429
   and 5xx), and a non-retryable one is never sent again;
 * the API key is never in the error message, however the server echoes it;
-* the call ends within the deadline (plus a margin for a loaded machine);
+* the call ends within the deadline (plus a margin for a loaded machine), and a body
+  over the size limit, on the wire or once inflated, is refused without being held;
 * the circuit breaker is consistent afterwards (no probe left taken, its gauge agrees),
   and the judge answers the next question once the backend is healthy again;
 * through an evaluator and the pipeline, the result (ok or error) serialises and matches
@@ -27,6 +28,7 @@ import gzip
 import json
 import math
 import time
+import tracemalloc
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +45,7 @@ from evalstream.config.judges import OpenAIJudgeConfig
 from evalstream.errors import JudgeError, JudgeUnavailableError
 from evalstream.events import EvalResult, TraceEvent
 from evalstream.judges.base import GenerateRequest, JudgeRequest
+from evalstream.judges.http_pool import MAX_BODY_BYTES
 from evalstream.judges.openai_compat import OpenAIJudge
 from evalstream.judges.resilience import CircuitState
 from evalstream.metrics import Metrics
@@ -589,11 +592,67 @@ async def test_a_compressed_body_is_read(encoding: str) -> None:
     check_outcome(case, outcome, took, server)
 
 
-async def test_a_50_mb_body_is_read_whole_within_the_deadline() -> None:
-    """What the code does with a very large body: there is no size limit, httpx reads it
-    whole (a 50 MB body peaks at ~150 MB; see the report), within the deadline."""
-    big = VALID[:-1] + b', "pad": "' + b"x" * 50_000_000 + b'"}'
-    case = body_case(Answer(http(200, big, JSON)))
+async def peak_memory(case: Case) -> tuple[Any, float, WireLLM, int]:
+    """``run_case`` and the most memory Python held meanwhile (bytes)."""
+    tracemalloc.start()
+    try:
+        outcome, took, server = await run_case(case)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return outcome, took, server, peak
+
+
+BIG = 50_000_000
+#: 1 MB pieces: the server holds little of the body at once, the peak is the client's.
+MB = 1 << 20
+
+
+@pytest.mark.parametrize("body", [
+    VALID[:-1] + b', "pad": "' + b"x" * BIG + b'"}',  # valid JSON
+    VALID + b" " * BIG,  # valid JSON too: trailing whitespace
+], ids=["padded_field", "trailing_space"])
+async def test_a_50_mb_body_is_refused_without_being_held(body: bytes) -> None:
+    """httpx read any body whole (this one peaked at ~150 MB) and answered from it."""
+    case = body_case(Answer(http(200, body, JSON), chunk=MB), max_retries=1)
+    outcome, took, server, peak = await peak_memory(case)
+    assert isinstance(outcome, JudgeError), outcome
+    assert "more than" in str(outcome)
+    assert outcome.retryable
+    assert peak < 3 * MAX_BODY_BYTES, peak
+    check_outcome(case, outcome, took, server)
+
+
+async def test_a_50_mb_error_page_is_cut_short() -> None:
+    case = body_case(Answer(http(500, b"<html>" + b"x" * BIG, (("Content-Type", "text/html"),)),
+                            chunk=MB, close=True), max_retries=1)
+    outcome, took, server, peak = await peak_memory(case)
+    assert isinstance(outcome, JudgeError), outcome
+    assert outcome.status == 500
+    assert peak < MAX_BODY_BYTES, peak
+    check_outcome(case, outcome, took, server)
+
+
+@pytest.mark.parametrize("layers", [1, 2], ids=["gzip", "gzip_gzip"])
+async def test_a_gzip_bomb_is_refused_without_being_inflated(layers: int) -> None:
+    """A 49 KB gzip body inflated to 50 MB (peak ~150 MB); gzipped twice, a body of a
+    few KB inflates past what the limit checks on the wire."""
+    body = VALID + b" " * (BIG * layers)
+    for _ in range(layers):
+        body = gzip.compress(body)
+    encoding = ", ".join(["gzip"] * layers)
+    case = body_case(Answer(http(200, body, (*JSON, ("Content-Encoding", encoding)))))
+    outcome, took, server, peak = await peak_memory(case)
+    assert isinstance(outcome, JudgeError), outcome
+    assert "more than" in str(outcome)
+    assert peak < 3 * MAX_BODY_BYTES, peak
+    check_outcome(case, outcome, took, server)
+
+
+async def test_a_large_body_under_the_limit_is_read() -> None:
+    big = VALID[:-1] + b', "pad": "' + b"x" * (MAX_BODY_BYTES // 2) + b'"}'
+    case = body_case(Answer(http(200, gzip.compress(big),
+                                 (*JSON, ("Content-Encoding", "gzip")))))
     outcome, took, server = await run_case(case)
     assert outcome.p("yes") == pytest.approx(0.55 / 0.8), outcome
     check_outcome(case, outcome, took, server)

@@ -10,16 +10,92 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import zlib
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from typing import Any
 
 import certifi
 import httpx
 
-__all__ = ["SHARD_SIZE", "ShardedClients"]
+__all__ = ["MAX_BODY_BYTES", "SHARD_SIZE", "BodyTooLargeError", "ShardedClients",
+           "post_bounded"]
 
 #: The most connections one client (one httpcore pool) holds.
 SHARD_SIZE = 8
+#: The most bytes of a response body read, on the wire and once decoded. A judge's answer
+#: is a few KB (llama.cpp echoes the prompt: still far below); without a limit httpx read
+#: any body whole (50 MB peaked at 150 MB) and inflated any gzip body (a 49 KB one to
+#: 150 MB, a doubly gzipped one without bound), per request in flight.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+# Of an error response: its message and error object (the client reads 1000 bytes).
+_ERROR_BODY_BYTES = 64 * 1024
+# The codings decoded here (zlib, bounded); httpx would advertise br/zstd when their
+# packages are installed, which this reader does not decode.
+_ACCEPT_ENCODING = "gzip, deflate"
+_BODY_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+
+
+class BodyTooLargeError(Exception):
+    """A successful response's body is over the limit (on the wire or once decoded)."""
+
+
+async def post_bounded(client: httpx.AsyncClient, url: str, payload: Any,
+                       limit: int = MAX_BODY_BYTES) -> httpx.Response:
+    """POST ``payload`` as JSON; the response with its body read and decoded, bounded.
+
+    An error response's body is cut at 64 KiB (its start is all an error message
+    needs); a successful one's over ``limit`` raises.
+
+    Raises:
+        BodyTooLargeError: a 2xx body over ``limit`` bytes, on the wire or decoded.
+        httpx.DecodingError: a corrupt or unsupported ``Content-Encoding``.
+        httpx.RequestError: what sending or reading raises.
+    """
+    async with client.stream("POST", url, json=payload) as response:
+        if not response.is_success:
+            limit = min(limit, _ERROR_BODY_BYTES)
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_raw():
+            size += len(chunk)
+            chunks.append(chunk)
+            if size > limit:
+                if response.is_success:
+                    raise BodyTooLargeError(f"more than {limit} bytes")
+                break
+    data = b"".join(chunks)
+    if len(data) > limit:
+        data = data[:limit]
+    codings = [c.strip().lower() for c in response.headers.get("content-encoding", "")
+               .split(",") if c.strip()]
+    for coding in reversed(codings):  # applied in the order listed: undone last first
+        data = _decode(data, coding, limit, strict=response.is_success)
+    headers = [(k, v) for k, v in response.headers.multi_items()
+               if k.lower() not in _BODY_HEADERS]
+    return httpx.Response(response.status_code, headers=headers, content=data,
+                          request=response.request)
+
+
+def _decode(data: bytes, coding: str, limit: int, *, strict: bool) -> bytes:
+    """``data`` with one content coding undone, at most ``limit`` bytes of it."""
+    if coding == "identity":
+        return data
+    if coding not in ("gzip", "x-gzip", "deflate"):
+        raise httpx.DecodingError(f"unsupported content encoding {coding[:20]!r}")
+    try:
+        # A gzip or zlib header (detected); "deflate" is raw deflate on some servers.
+        out = zlib.decompressobj(zlib.MAX_WBITS | 32).decompress(data, limit + 1)
+    except zlib.error as exc:
+        if coding != "deflate":
+            raise httpx.DecodingError(f"corrupt {coding} body: {exc}") from None
+        try:
+            out = zlib.decompressobj(-zlib.MAX_WBITS).decompress(data, limit + 1)
+        except zlib.error as raw_exc:
+            raise httpx.DecodingError(f"corrupt deflate body: {raw_exc}") from None
+    if len(out) > limit and strict:
+        raise BodyTooLargeError(f"more than {limit} bytes once decoded")
+    return out[:limit]
 
 
 class ShardedClients:
@@ -45,7 +121,8 @@ class ShardedClients:
             if base_url.startswith("https://") else False)
         self._clients = [
             httpx.AsyncClient(
-                base_url=base_url.rstrip("/") + "/", headers=dict(headers), verify=verify,
+                base_url=base_url.rstrip("/") + "/",
+                headers={"Accept-Encoding": _ACCEPT_ENCODING, **headers}, verify=verify,
                 params=dict(params), timeout=timeout_s,
                 limits=httpx.Limits(max_connections=size, max_keepalive_connections=size))
             for size in sizes]

@@ -41,7 +41,7 @@ from evalstream.events import JudgeInfo, load_json
 from evalstream.judges.answers import parse_json_answer, unfence
 from evalstream.judges.base import GenerateRequest, Generation, Judge, Judgement, JudgeRequest
 from evalstream.judges.cache import TTLCache
-from evalstream.judges.http_pool import ShardedClients
+from evalstream.judges.http_pool import BodyTooLargeError, ShardedClients, post_bounded
 from evalstream.judges.logprobs import (
     MissingLogprobsError,
     OptionsNotFoundError,
@@ -392,7 +392,13 @@ class OpenAIJudge(Judge):
             self._in_flight.inc()
             start = time.perf_counter()
             try:
-                response = await client.post(self._path, json=payload)
+                response = await post_bounded(client, self._path, payload)
+            except BodyTooLargeError as exc:
+                # Like a 2xx body that is not JSON (a proxy's page, a crashing server):
+                # status 200 marks it for the breaker.
+                return None, JudgeError(
+                    f"judge {self.name!r}: response body of {exc} from {self._host}",
+                    retryable=True, status=200)
             except httpx.TimeoutException as exc:
                 return None, JudgeError(
                     f"judge {self.name!r}: {type(exc).__name__} after "
