@@ -582,6 +582,19 @@ async def test_a_broken_body_is_a_retryable_judge_error(answer: Answer) -> None:
     check_outcome(case, outcome, took, server)
 
 
+@pytest.mark.parametrize("status", [400, 401, 503])
+async def test_an_error_status_with_a_corrupt_body_keeps_its_status(status: int) -> None:
+    """httpx raised DecodingError reading the body: a 400 became a retried transport
+    error, and a 503's Retry-After was lost."""
+    case = status_case(status, b"not gzip", (*JSON, ("Content-Encoding", "gzip"),
+                                             ("Retry-After", "0")))
+    outcome, took, server = await run_case(case)
+    assert isinstance(outcome, JudgeError), outcome
+    assert outcome.status == status
+    assert outcome.retryable is (status == 503)
+    check_outcome(case, outcome, took, server)
+
+
 @pytest.mark.parametrize("encoding", ["gzip", "deflate", "gzip, gzip"])
 async def test_a_compressed_body_is_read(encoding: str) -> None:
     body = {"gzip": gzip.compress(VALID), "deflate": zlib.compress(VALID),

@@ -49,7 +49,7 @@ async def post_bounded(client: httpx.AsyncClient, url: str, payload: Any,
 
     Raises:
         BodyTooLargeError: a 2xx body over ``limit`` bytes, on the wire or decoded.
-        httpx.DecodingError: a corrupt or unsupported ``Content-Encoding``.
+        httpx.DecodingError: a 2xx with a corrupt or unsupported ``Content-Encoding``.
         httpx.RequestError: what sending or reading raises.
     """
     async with client.stream("POST", url, json=payload) as response:
@@ -69,8 +69,15 @@ async def post_bounded(client: httpx.AsyncClient, url: str, payload: Any,
         data = data[:limit]
     codings = [c.strip().lower() for c in response.headers.get("content-encoding", "")
                .split(",") if c.strip()]
-    for coding in reversed(codings):  # applied in the order listed: undone last first
-        data = _decode(data, coding, limit, strict=response.is_success)
+    try:
+        for coding in reversed(codings):  # applied in the order listed: undone last first
+            data = _decode(data, coding, limit, strict=response.is_success)
+    except httpx.DecodingError:
+        if response.is_success:
+            raise
+        # An error status is classified by its status, whatever its body holds: a 400
+        # with a corrupt gzip body is still a 400 (not retried), not a transport error.
+        data = b""
     headers = [(k, v) for k, v in response.headers.multi_items()
                if k.lower() not in _BODY_HEADERS]
     return httpx.Response(response.status_code, headers=headers, content=data,
