@@ -470,6 +470,21 @@ def test_any_backend_answer_makes_publishable_results(case: Case) -> None:
             assert (result.error or "").startswith("judge:"), result.error
 
 
+@pytest.mark.parametrize("message", ["\ud800", "half an emoji \ud83d", "\udfff\ud800"])
+async def test_an_error_message_with_a_lone_surrogate_makes_a_publishable_result(
+        message: str) -> None:
+    """A server's error message with a "\\ud800" escape was quoted as it is: the error
+    result could not be serialised."""
+    body = lenient({"error": {"message": message}})
+    case = Case("openai_chat", [Answer(http(503, body, JSON))], YES_NO, "never", "error",
+                0, 5)
+    results = await run_pipeline(case)
+    assert [r.status for r in results] == ["error", "error"]
+    for result in results:
+        check_wire(result)
+        assert "HTTP 503" in (result.error or "")
+
+
 # --- pinned: every status class, Retry-After, wire faults --------------------------------
 
 

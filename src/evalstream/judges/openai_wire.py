@@ -235,7 +235,14 @@ def classify_response(response: httpx.Response, *, judge: str, host: str,
 
 def _error_detail(response: httpx.Response, redact: Callable[[str], str]) -> str:
     message = _error_fields(response).get("message")
-    return f" ({redact(str(message))[:200]})" if message else ""
+    if not message:
+        return ""
+    text = redact(str(message))[:200]
+    if not text.isascii():
+        # A "\ud800" escape in the body is a lone surrogate here: the error result
+        # quoting it could not be serialised (see response_text).
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return f" ({text})"
 
 
 def _error_fields(response: httpx.Response) -> dict[str, Any]:
