@@ -11,7 +11,8 @@ charsets, gzip bodies (valid and not), truncated and dripped bodies. For each an
 * ``judge()`` returns finite probabilities over exactly the asked options, summing to 1,
   or raises ``JudgeError`` (never another exception type);
 * an HTTP error status is retryable exactly when its semantics say so (408, 409, 425, 429
-  and 5xx), and a non-retryable one is never sent again;
+  and 5xx; the pinned table below also checks how often each is sent), and the work is
+  bounded (at most ``max_retries + 1`` attempts per logical request);
 * the API key is never in the error message, however the server echoes it;
 * the call ends within the deadline (plus a margin for a loaded machine), and a body
   over the size limit, on the wire or once inflated, is refused without being held;
@@ -45,6 +46,8 @@ from evalstream.config.judges import OpenAIJudgeConfig
 from evalstream.errors import JudgeError, JudgeUnavailableError
 from evalstream.events import EvalResult, TraceEvent
 from evalstream.judges.base import GenerateRequest, JudgeRequest
+from evalstream.judges.builtin import BuiltinJudge
+from evalstream.judges.cascade import CascadeJudge
 from evalstream.judges.http_pool import MAX_BODY_BYTES
 from evalstream.judges.openai_compat import OpenAIJudge
 from evalstream.judges.resilience import CircuitState
@@ -438,8 +441,13 @@ PIPELINE_SETTINGS = Settings.model_validate({
     "routes": [{"name": "r", "evaluators": [
         {"evaluator": "refusal", "judge": "llm", "reasons": "always"},
         {"evaluator": "scorer", "judge": "llm",
-         "params": {"rubric": "How helpful is the answer, 1 to 5?"}}]}],
-    "judges": {"llm": {"type": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}},
+         "params": {"rubric": "How helpful is the answer, 1 to 5?"}},
+        # Escalated every time (no builtin answer is that confident): the LLM's failures
+        # pass through the cascade too.
+        {"evaluator": "refusal", "name": "refusal_cascade", "judge": "cascade"}]}],
+    "judges": {"llm": {"type": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"},
+               "cascade": {"type": "cascade", "first": "builtin", "then": "llm",
+                           "min_confidence": 1.0}},
 })
 
 
@@ -447,7 +455,9 @@ async def run_pipeline(case: Case) -> list[EvalResult]:
     async with serving(WireLLM(style=case.style, answers=list(case.answers),
                                **healthy(case.options))) as server:
         judge = make_judge(server, case, Metrics())
-        pipeline = Pipeline(PIPELINE_SETTINGS, {"llm": judge}, Metrics())
+        metrics = Metrics()
+        cascade = CascadeJudge("cascade", BuiltinJudge(), judge, 1.0, metrics)
+        pipeline = Pipeline(PIPELINE_SETTINGS, {"llm": judge, "cascade": cascade}, metrics)
         try:
             return await pipeline.evaluate(
                 TraceEvent(event_id="e", input="Where is my order?",
@@ -461,7 +471,7 @@ async def run_pipeline(case: Case) -> list[EvalResult]:
 @given(case=cases())
 def test_any_backend_answer_makes_publishable_results(case: Case) -> None:
     results = asyncio.run(run_pipeline(case))
-    assert {r.evaluator for r in results} == {"refusal", "scorer"}
+    assert {r.evaluator for r in results} == {"refusal", "scorer", "refusal_cascade"}
     for result in results:
         wire = check_wire(result)  # serialises, and matches the committed schema
         assert KEY.encode() not in wire
@@ -479,7 +489,7 @@ async def test_an_error_message_with_a_lone_surrogate_makes_a_publishable_result
     case = Case("openai_chat", [Answer(http(503, body, JSON))], YES_NO, "never", "error",
                 0, 5)
     results = await run_pipeline(case)
-    assert [r.status for r in results] == ["error", "error"]
+    assert [r.status for r in results] == ["error"] * 3
     for result in results:
         check_wire(result)
         assert "HTTP 503" in (result.error or "")
