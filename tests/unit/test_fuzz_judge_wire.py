@@ -693,6 +693,8 @@ async def test_a_large_body_under_the_limit_is_read() -> None:
                                  (*JSON, ("Content-Encoding", "gzip")))))
     outcome, took, server = await run_case(case)
     assert outcome.p("yes") == pytest.approx(0.55 / 0.8), outcome
+    # Only the codings the bounded reader decodes are asked for.
+    assert {r.headers.get("accept-encoding") for r in server.posts} == {"gzip, deflate"}
     check_outcome(case, outcome, took, server)
 
 
