@@ -755,3 +755,13 @@ async def test_absurd_token_counts_are_ignored(counts: dict[str, Any]) -> None:
     assert outcome.p("yes") == 1.0, outcome
     assert outcome.info.tokens_in == 0
     check_outcome(case, outcome, took, server)
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+async def test_a_redirect_says_to_check_base_url(status: int) -> None:
+    case = status_case(status)
+    outcome, _, server = await run_case(case)
+    assert isinstance(outcome, JudgeError), outcome
+    assert not outcome.retryable
+    assert server.sent == 1
+    assert "redirect not followed: check base_url" in str(outcome)

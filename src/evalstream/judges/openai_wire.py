@@ -226,7 +226,11 @@ def classify_response(response: httpx.Response, *, judge: str, host: str,
         return None, JudgeError(f"judge {judge!r}: HTTP {status} from {host}"
                                 f"{detail}", retryable=True, status=status,
                                 retry_after=retry_after)
-    hint = _NON_RETRYABLE_HINT.get(status, "client error")
+    if 300 <= status < 400:
+        # httpx does not follow redirects, and a judge endpoint should not need one.
+        hint = "redirect not followed: check base_url (https://, the path's ending /v1)"
+    else:
+        hint = _NON_RETRYABLE_HINT.get(status, "client error")
     kind = (LogprobsRejectedError if status == 400 and _names_logprobs(response)
             else JudgeError)
     return None, kind(f"judge {judge!r}: HTTP {status} from {host}: "
