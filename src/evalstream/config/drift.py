@@ -48,10 +48,13 @@ class DriftSettings(Section):
 
     # --- pass-rate drop (Bernoulli CUSUM) -------------------------------------------
     #: Smallest absolute drop in pass rate worth detecting (the CUSUM is tuned to it).
-    min_shift: float = Field(default=0.10, gt=0.0, lt=1.0)
+    #: At least 0.001: designs round rates to 4 decimals, so a smaller shift vanishes (a
+    #: division by zero when the detector is armed).
+    min_shift: float = Field(default=0.10, ge=0.001, lt=1.0)
     #: Target in-control average run length: evaluations between false alarms per key.
-    #: At one evaluation a second, 2e6 is roughly one false alarm per 23 days.
-    arl0: float = Field(default=2_000_000.0, ge=100.0)
+    #: At one evaluation a second, 2e6 is roughly one false alarm per 23 days. At most 1e9
+    #: (~32 years): above it the design's search grows without end (inf: a crash).
+    arl0: float = Field(default=2_000_000.0, ge=100.0, le=1e9)
     #: No alert before the detector has seen this many evaluations after the baseline.
     min_detect_samples: int = Field(default=50, ge=1)
     #: Hysteresis: a firing alert resolves when the statistic falls below this share of
@@ -67,7 +70,7 @@ class DriftSettings(Section):
     watch_labels: dict[str, str] = Field(
         default_factory=lambda: {"topic": "other", "sentiment": "negative"})
     #: Smallest absolute rise in the watched label's share worth detecting.
-    label_min_shift: float = Field(default=0.10, gt=0.0, lt=1.0)
+    label_min_shift: float = Field(default=0.10, ge=0.001, lt=1.0)  # as min_shift
     #: G-test of the whole label mix of watched evaluators (shortest window vs baseline):
     #: fires below this p-value (small: it is re-tested every tick on overlapping windows)
     #: ...
