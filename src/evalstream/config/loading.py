@@ -109,6 +109,10 @@ def _read_yaml(path: Path) -> dict[str, Any]:
                           f"{exc.start}); save it as UTF-8") from exc
     try:
         data = yaml.safe_load(text)
+    except RecursionError as exc:
+        # PyYAML composes nested collections recursively: a deeply nested document would
+        # otherwise escape as a RecursionError traceback instead of exit code 2.
+        raise ConfigError(f"config file {path} is nested too deeply to parse") from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -124,7 +128,46 @@ def _read_yaml(path: Path) -> dict[str, Any]:
             # YAML allows `1: foo`; Settings(**data) would die with a TypeError instead.
             raise ConfigError(f"config file {path}: top-level key {key!r} is not a section "
                               f"name (keys must be strings)")
+    _refuse_surrogates(data, "")
     return data
+
+
+def _printable(text: str) -> str:
+    """``text`` safe to print: lone surrogates as ``\\udXXX`` escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _has_surrogate(text: str) -> bool:
+    return any("\ud800" <= c <= "\udfff" for c in text)
+
+
+def _refuse_surrogates(node: Any, path: str) -> None:
+    """Refuse strings holding a lone surrogate (a YAML ``"\\ud800"`` escape), naming them.
+
+    No UTF-8 encoder takes one: it would crash whatever encodes it later (the sampling
+    salt's hash, a result's JSON, a header) instead of failing here with exit code 2.
+    """
+    if isinstance(node, str):
+        if _has_surrogate(node):
+            raise ConfigError(f"{_printable(path) or '(top level)'}: the text holds a lone "
+                              f"surrogate (e.g. a \\ud800 escape), which is not valid UTF-8")
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            child = f"{path}.{key}" if path else str(key)
+            _refuse_surrogates(key, child)
+            _refuse_surrogates(value, child)
+    elif isinstance(node, (list, tuple, set, frozenset)):
+        for i, value in enumerate(node):
+            _refuse_surrogates(value, f"{path}.{i}")
+
+
+def _refuse_undecodable_variables() -> None:
+    """An EVALSTREAM_ variable whose bytes are not UTF-8 reaches Python with lone
+    surrogates in it (``surrogateescape``); refused, naming it, for the same reason."""
+    for name, value in os.environ.items():
+        if name.upper().startswith("EVALSTREAM_") and (
+                _has_surrogate(name) or _has_surrogate(value)):
+            raise ConfigError(f"environment: {_printable(name)} is not valid UTF-8 text")
 
 
 def _refuse_inline_secrets(data: dict[str, Any], path: Path | str) -> None:
@@ -217,6 +260,7 @@ def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
         data = _read_yaml(Path(path))
         _refuse_inline_secrets(data, path)
     data.update(overrides)
+    _refuse_undecodable_variables()
     source = str(path) if path is not None else "defaults"
     try:
         settings = Settings(**data)
