@@ -406,3 +406,28 @@ def test_drift_tuning_that_crashed_the_detector_is_refused(
         tmp: Path, text: str, field: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(field)):
         load_settings(_write(tmp, text))
+
+
+@pytest.mark.parametrize(("extra", "client"), [
+    ({"acks": "x"}, "producer"), ({"request_timeout_ms": "abc"}, "producer")])
+def test_kafka_options_aiokafka_refuses_are_config_errors(
+        tmp: Path, extra: dict[str, Any], client: str) -> None:
+    # Were accepted by check-config, then `run` ended with a ValueError/TypeError traceback
+    # (exit 1) when the sink built its producer.
+    with environment({}):
+        settings = load_settings(_write(tmp, {"kafka": {"extra": extra}}))
+        with pytest.raises(ConfigError, match=rf"kafka\.extra .*aiokafka {client} refuses"):
+            check_settings(settings)
+
+
+def test_run_exits_2_on_a_kafka_option_aiokafka_refuses(tmp: Path) -> None:
+    # The broker is never reached: the check comes before anything connects.
+    path = _write(tmp, {"kafka": {"extra": {"acks": "x"}, "connect_timeout_s": 0,
+                                  "bootstrap_servers": "127.0.0.1:1"}})
+    with environment({"PYTHONPATH": str(ROOT / "src")}):
+        proc = subprocess.run([sys.executable, "-m", "evalstream", "run", "--config", str(path)],
+                              capture_output=True, text=True, timeout=60, check=False,
+                              env=dict(os.environ))
+    assert proc.returncode == 2, proc.stderr
+    assert "kafka.extra" in proc.stderr
+    assert "Traceback" not in proc.stderr

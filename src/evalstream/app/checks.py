@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from evalstream.app.pipeline import Pipeline
 from evalstream.config import Settings
 from evalstream.errors import ConfigError
@@ -9,8 +11,10 @@ from evalstream.evaluators import registry
 from evalstream.formats import decoder_for
 from evalstream.judges.registry import build_judges
 from evalstream.metrics import Metrics
+from evalstream.sinks.kafka import KafkaSink
+from evalstream.sources.kafka import KafkaSource
 
-__all__ = ["check_route_topics", "check_settings", "describe_evaluators"]
+__all__ = ["check_kafka_clients", "check_route_topics", "check_settings", "describe_evaluators"]
 
 
 def check_route_topics(settings: Settings) -> None:
@@ -35,7 +39,7 @@ def check_settings(settings: Settings) -> None:
 
     Raises:
         ConfigError: naming the offending field (unknown evaluator, bad params, bad mapping,
-            a route matching a topic no input consumes).
+            a route matching a topic no input consumes, a Kafka option aiokafka refuses).
     """
     check_route_topics(settings)
     metrics = Metrics()
@@ -43,6 +47,20 @@ def check_settings(settings: Settings) -> None:
     Pipeline(settings, judges, metrics)
     for topic in settings.inputs:
         decoder_for(topic)
+    asyncio.run(check_kafka_clients(settings))
+
+
+async def check_kafka_clients(settings: Settings) -> None:
+    """Build (never start) the consumer and producer as ``run`` does: aiokafka checks some
+    option values only then, and check-config must not call valid what ``run`` refuses.
+
+    Raises:
+        ConfigError: aiokafka refuses an option.
+    """
+    consumer = KafkaSource(settings.kafka, [t.topic for t in settings.inputs]).client()
+    await consumer.stop()
+    producer = KafkaSink(settings.kafka, settings.topics).client()
+    await producer.stop()
 
 
 def describe_evaluators() -> list[tuple[str, str]]:

@@ -28,7 +28,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from evalstream import __version__
-from evalstream.app.checks import check_route_topics
+from evalstream.app.checks import check_kafka_clients, check_route_topics
 from evalstream.app.commits import Committer
 from evalstream.app.health import (
     NO_PARTITIONS,
@@ -47,6 +47,7 @@ from evalstream.app.signals import install_stop_signals
 from evalstream.app.waits import SharedDeadline, wait_set
 from evalstream.config import Settings
 from evalstream.errors import (
+    ConfigError,
     DecodeError,
     OutputRejectedError,
     OutputTopicMissingError,
@@ -202,6 +203,9 @@ class Worker:
             log.error("worker_start_failed", error=str(exc))
             await self._close()
             return 1
+        except ConfigError:  # aiokafka refused an option: exit 2 (the CLI prints it)
+            await self._close()
+            raise
         if self._stop.is_set():  # stopped while still connecting
             await self._close()
             return 0
@@ -601,6 +605,9 @@ async def run_worker(settings: Settings, *, registry: CollectorRegistry | None =
     Raises:
         ConfigError: the configuration is invalid (before anything connects).
     """
+    # Before anything connects: an option aiokafka refuses is a config error (exit 2), not
+    # a failure after the first client has started.
+    await check_kafka_clients(settings)
     worker = Worker(settings, registry=registry, **worker_options)
     # Everything built so far (modules, models, lexicons) lives as long as the process:
     # moving it out of the collector's generations keeps full collections cheap.

@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
@@ -14,10 +15,12 @@ from evalstream.config.secret_files import read_secret_file
 from evalstream.config.section import Section
 from evalstream.errors import ConfigError
 
-__all__ = ["Client", "InputTopic", "KafkaSettings", "TopicSettings"]
+__all__ = ["Client", "InputTopic", "KafkaSettings", "TopicSettings", "build_client"]
 
 #: Which aiokafka client options are built for.
 Client = Literal["consumer", "producer"]
+
+_T = TypeVar("_T")
 
 #: Mechanisms authenticated with sasl_username + a password.
 _PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -187,6 +190,23 @@ class KafkaSettings(Section):
         if self.sasl_password_file is not None:
             return read_secret_file(self.sasl_password_file, "kafka.sasl_password_file")
         return None
+
+
+def build_client(factory: Callable[..., _T], options: dict[str, Any], client: Client) -> _T:
+    """``factory(**options)``: an aiokafka client, built (not started).
+
+    aiokafka checks some option values only here (``acks``, the type of a timeout...);
+    such a value, typically from ``kafka.extra``, would otherwise end start-up with a
+    traceback after check-config said the configuration is valid.
+
+    Raises:
+        ConfigError: aiokafka refuses an option (its message names no value).
+    """
+    try:
+        return factory(**options)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"kafka.extra (or another kafka option): the aiokafka {client} "
+                          f"refuses it: {type(exc).__name__}: {exc}") from exc
 
 
 class InputTopic(Section):

@@ -23,6 +23,7 @@ from aiokafka.errors import (
 )
 
 from evalstream.config import KafkaSettings, TopicSettings
+from evalstream.config.kafka import build_client
 from evalstream.errors import OutputRejectedError, OutputTopicMissingError, SinkError
 from evalstream.events import Alert, EvalResult, Record, dump_json
 from evalstream.logging import get_logger
@@ -86,11 +87,11 @@ class KafkaSink:
         #: When publishing started failing with retriable errors (None: it works).
         self._outage_since: float | None = None
 
-    async def start(self) -> None:
-        """Connect the producer.
+    def client(self) -> AIOKafkaProducer:
+        """The producer, built but not started (call from a running event loop).
 
         Raises:
-            SinkError: the broker cannot be reached.
+            ConfigError: aiokafka refuses an option.
         """
         s = self._settings
         options: dict[str, Any] = {
@@ -103,7 +104,16 @@ class KafkaSink:
             "max_request_size": s.max_request_size,
         }
         options.update(s.client_options("producer"))
-        producer = AIOKafkaProducer(**options)
+        return build_client(AIOKafkaProducer, options, "producer")
+
+    async def start(self) -> None:
+        """Connect the producer.
+
+        Raises:
+            SinkError: the broker cannot be reached.
+            ConfigError: aiokafka refuses an option.
+        """
+        producer = self.client()
         try:
             await self._connect(producer)
         except BaseException:  # failed, or start-up's deadline cancelled it: close it

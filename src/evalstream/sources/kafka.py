@@ -26,6 +26,7 @@ from aiokafka.errors import (
 )
 
 from evalstream.config import KafkaSettings
+from evalstream.config.kafka import build_client
 from evalstream.errors import SourceError
 from evalstream.events import Record
 from evalstream.logging import get_logger
@@ -115,13 +116,22 @@ class KafkaSource:
         options.update(s.client_options("consumer"))
         return options
 
+    def client(self) -> AIOKafkaConsumer:
+        """The consumer, built but not started (call from a running event loop).
+
+        Raises:
+            ConfigError: aiokafka refuses an option.
+        """
+        return build_client(AIOKafkaConsumer, self._options(), "consumer")
+
     async def start(self, handler: RebalanceHandler) -> None:
         """Connect, join the group and subscribe.
 
         Raises:
             SourceError: the broker cannot be reached.
+            ConfigError: aiokafka refuses an option.
         """
-        consumer = AIOKafkaConsumer(**self._options())
+        consumer = self.client()
         try:
             await consumer.start()
         except KafkaError as exc:
