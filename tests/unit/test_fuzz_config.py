@@ -200,7 +200,7 @@ def _names_a_field(message: str) -> bool:
     if "EVALSTREAM_" in message:
         return True
     return bool(re.search(r"not valid YAML at line \d+|top level must be a mapping|"
-                          r"top-level key|nested too deeply|not UTF-8", message))
+                          r"top-level key|nested too deeply|not UTF-8|aliases", message))
 
 
 def _check(path: Path) -> Settings | ConfigError:
@@ -389,6 +389,22 @@ def test_a_lone_surrogate_in_the_file_names_the_field(tmp: Path) -> None:
                                   'name: "a\\udfff"}]}]\n'))
     with pytest.raises(ConfigError, match=r"judges\.\\ud800"):
         load_settings(_write(tmp, 'judges: {"\\ud800": {type: builtin}}\n'))
+
+
+def _alias_bomb(levels: int) -> str:
+    lines = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.timeout(20)
+def test_a_yaml_alias_bomb_is_refused_quickly(tmp: Path) -> None:
+    # 9**10 values once expanded: pydantic-settings' copy of the init values never ended.
+    with pytest.raises(ConfigError, match=r"more than 100000 values once its aliases"):
+        load_settings(_write(tmp, _alias_bomb(10)))
+    # Aliases as configs use them are fine.
+    settings = load_settings(_write(tmp, "kafka: {client_id: &id worker-a, group_id: *id}\n"))
+    assert settings.kafka.group_id == "worker-a"
 
 
 def test_a_variable_that_is_not_utf8_names_the_variable(tmp: Path) -> None:

@@ -128,7 +128,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
             # YAML allows `1: foo`; Settings(**data) would die with a TypeError instead.
             raise ConfigError(f"config file {path}: top-level key {key!r} is not a section "
                               f"name (keys must be strings)")
-    _refuse_surrogates(data, "")
+    _check_values(data, path)
     return data
 
 
@@ -141,24 +141,38 @@ def _has_surrogate(text: str) -> bool:
     return any("\ud800" <= c <= "\udfff" for c in text)
 
 
-def _refuse_surrogates(node: Any, path: str) -> None:
-    """Refuse strings holding a lone surrogate (a YAML ``"\\ud800"`` escape), naming them.
+#: More values than this, counted with YAML aliases expanded, is no configuration but an
+#: alias bomb ("billion laughs"): pydantic-settings copies the expanded tree, for ever.
+_MAX_VALUES = 100_000
 
-    No UTF-8 encoder takes one: it would crash whatever encodes it later (the sampling
-    salt's hash, a result's JSON, a header) instead of failing here with exit code 2.
+
+def _check_values(data: dict[str, Any], source: Path) -> None:
+    """Walk every value as expanded: refuse alias bombs and lone surrogates, naming them.
+
+    A lone surrogate (a YAML ``"\\ud800"`` escape) is taken by no UTF-8 encoder: it would
+    crash whatever encodes it later (the sampling salt's hash, a result's JSON, a header)
+    instead of failing here with exit code 2.
     """
-    if isinstance(node, str):
-        if _has_surrogate(node):
-            raise ConfigError(f"{_printable(path) or '(top level)'}: the text holds a lone "
-                              f"surrogate (e.g. a \\ud800 escape), which is not valid UTF-8")
-    elif isinstance(node, dict):
-        for key, value in node.items():
-            child = f"{path}.{key}" if path else str(key)
-            _refuse_surrogates(key, child)
-            _refuse_surrogates(value, child)
-    elif isinstance(node, (list, tuple, set, frozenset)):
-        for i, value in enumerate(node):
-            _refuse_surrogates(value, f"{path}.{i}")
+    stack: list[tuple[str, Any]] = [("", data)]
+    seen = 0
+    while stack:
+        path, node = stack.pop()
+        seen += 1
+        if seen > _MAX_VALUES:
+            raise ConfigError(f"config file {source}: more than {_MAX_VALUES} values once "
+                              f"its aliases (*name) are expanded; write the values out")
+        if isinstance(node, str):
+            if _has_surrogate(node):
+                raise ConfigError(f"{_printable(path) or '(top level)'}: the text holds a "
+                                  f"lone surrogate (e.g. a \\ud800 escape), which is not "
+                                  f"valid UTF-8")
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                child = f"{path}.{key}" if path else str(key)
+                stack.append((child, key))
+                stack.append((child, value))
+        elif isinstance(node, (list, tuple, set, frozenset)):
+            stack.extend((f"{path}.{i}", value) for i, value in enumerate(node))
 
 
 def _refuse_undecodable_variables() -> None:
