@@ -22,6 +22,11 @@ Client = Literal["consumer", "producer"]
 
 _T = TypeVar("_T")
 
+#: The largest Kafka INT32, the type of these timeouts and sizes in the protocol and in
+#: Kafka's own configs. A larger session or poll timeout passed validation and then failed
+#: every poll ("Unexpected error during coordination": aiokafka cannot encode it).
+_INT32 = 2**31 - 1
+
 #: Mechanisms authenticated with sasl_username + a password.
 _PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -61,17 +66,17 @@ class KafkaSettings(Section):
     #: before the worker exits with 1 (a broker that comes up after the worker, or
     #: restarts, is normal in a cluster); 0 tries once.
     connect_timeout_s: float = Field(default=300.0, ge=0)
-    session_timeout_ms: int = Field(default=30_000, ge=1_000)
+    session_timeout_ms: int = Field(default=30_000, ge=1_000, le=_INT32)
     #: How long the consumer may go without fetching before it leaves the group. Waiting
     #: for a free evaluation slot can take as long as the slowest evaluation, up to three
     #: judge calls in a row (role_violation: role, verdict, sections), each bounded by its
     #: judge's ``deadline_s``; so this must exceed 3 x every judge's deadline (checked at
     #: start-up).
-    max_poll_interval_ms: int = Field(default=1_200_000, ge=10_000)
+    max_poll_interval_ms: int = Field(default=1_200_000, ge=10_000, le=_INT32)
     max_poll_records: int = Field(default=500, ge=1)
-    fetch_max_bytes: int = Field(default=52_428_800, ge=1_024)
-    max_partition_fetch_bytes: int = Field(default=4_194_304, ge=1_024)
-    max_request_size: int = Field(default=4_194_304, ge=1_024)
+    fetch_max_bytes: int = Field(default=52_428_800, ge=1_024, le=_INT32)
+    max_partition_fetch_bytes: int = Field(default=4_194_304, ge=1_024, le=_INT32)
+    max_request_size: int = Field(default=4_194_304, ge=1_024, le=_INT32)
     producer_linger_ms: int = Field(default=5, ge=0)
     #: Producer batch size per partition. Results are ~1 KB: aiokafka's 16 KB default fills
     #: after a dozen and every further send waits for a drain, which caps throughput.
