@@ -27,7 +27,7 @@ from aiokafka.errors import (
 
 from evalstream.config import KafkaSettings
 from evalstream.config.kafka import build_client
-from evalstream.errors import SourceError
+from evalstream.errors import ConfigError, SourceError
 from evalstream.events import Record
 from evalstream.logging import get_logger
 from evalstream.sources.base import TP, RebalanceHandler
@@ -141,6 +141,12 @@ class KafkaSource:
         except asyncio.CancelledError:
             await consumer.stop()  # start-up's deadline: close what was opened
             raise
+        except (TypeError, ValueError) as exc:
+            # Some options are checked only once connected (isolation_level builds the
+            # fetcher): a config error (exit 2), not a traceback.
+            await consumer.stop()
+            raise ConfigError(f"kafka.extra (or another kafka option): the aiokafka consumer "
+                              f"refuses it: {type(exc).__name__}: {exc}") from exc
         consumer.subscribe(self._topics, listener=_Listener(handler))
         self._consumer = consumer
         self._connected = self._reachable = True
