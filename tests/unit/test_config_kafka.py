@@ -206,3 +206,18 @@ def test_unusable_client_key_is_a_config_error_at_load(tmp_path: Path, problem: 
                        encoding="utf-8")
     with pytest.raises(ConfigError, match=r"kafka\.ssl_certfile/ssl_keyfile: cannot load "):
         load_settings(None, kafka=tls(cert, key))
+
+
+@pytest.mark.parametrize(("option", "says"), [
+    ("enable_auto_commit", "commits only those"),
+    ("acks", "acknowledged by every in-sync replica"),
+    ("value_deserializer", "raw bytes"),
+    ("group_id", "use kafka.group_id"),
+    ("linger_ms", "use kafka.producer_linger_ms"),
+])
+def test_extra_cannot_override_what_the_worker_sets(option: str, says: str) -> None:
+    # Merged last, `extra: {enable_auto_commit: true}` turned on aiokafka's auto-commit
+    # under the worker, and `acks: 0` made "acknowledged" mean nothing: both commit the
+    # offsets of results that may never be durable.
+    with pytest.raises(ConfigError, match=rf"kafka\.extra: .*{option}: .*{says}"):
+        load_settings(None, kafka={"extra": {option: 1}})

@@ -59,7 +59,7 @@ KEY_VAR = "FUZZ_JUDGE_KEY"
 MINIMAL: dict[str, Any] = {"routes": [{"name": "r", "evaluators": [{"evaluator": "refusal"}]}]}
 RICH: dict[str, Any] = {
     "kafka": {"bootstrap_servers": "kafka:9092", "max_poll_interval_ms": 600_000,
-              "extra": {"isolation_level": "read_committed", "acks": "all"}},
+              "extra": {"isolation_level": "read_committed", "request_timeout_ms": 30000}},
     "inputs": [{"topic": "llm.traces", "mapping": {"output": "response.text"}},
                {"topic": "otlp", "format": "otlp_json", "attribute_map": {"tenant": "t.id"},
                 "llm_operations": ["chat"]}],
@@ -428,7 +428,7 @@ def test_drift_tuning_that_crashed_the_detector_is_refused(
 
 
 @pytest.mark.parametrize(("extra", "client"), [
-    ({"acks": "x"}, "producer"), ({"request_timeout_ms": "abc"}, "producer")])
+    ({"retry_backoff_ms": "x"}, "consumer"), ({"request_timeout_ms": "abc"}, "producer")])
 def test_kafka_options_aiokafka_refuses_are_config_errors(
         tmp: Path, extra: dict[str, Any], client: str) -> None:
     # Were accepted by check-config, then `run` ended with a ValueError/TypeError traceback
@@ -441,7 +441,7 @@ def test_kafka_options_aiokafka_refuses_are_config_errors(
 
 def test_run_exits_2_on_a_kafka_option_aiokafka_refuses(tmp: Path) -> None:
     # The broker is never reached: the check comes before anything connects.
-    path = _write(tmp, {"kafka": {"extra": {"acks": "x"}, "connect_timeout_s": 0,
+    path = _write(tmp, {"kafka": {"extra": {"request_timeout_ms": "abc"}, "connect_timeout_s": 0,
                                   "bootstrap_servers": "127.0.0.1:1"}})
     with environment({"PYTHONPATH": str(ROOT / "src")}):
         proc = subprocess.run([sys.executable, "-m", "evalstream", "run", "--config", str(path)],

@@ -27,6 +27,27 @@ _T = TypeVar("_T")
 #: every poll ("Unexpected error during coordination": aiokafka cannot encode it).
 _INT32 = 2**31 - 1
 
+_DELIVERY = "set by the worker: results are acknowledged by every in-sync replica before "\
+            "the offsets of their events are committed, and it commits only those"
+_BYTES = "set by the worker, which reads and writes the raw bytes"
+#: aiokafka options the worker sets itself, refused in ``extra`` with the reason: one would
+#: silently override a setting (and its checks) or the delivery guarantee.
+_OWNED = {
+    **{name: f"use kafka.{name}" for name in (
+        "bootstrap_servers", "client_id", "security_protocol", "sasl_mechanism", "group_id",
+        "auto_offset_reset", "session_timeout_ms", "max_poll_interval_ms", "max_poll_records",
+        "fetch_max_bytes", "max_partition_fetch_bytes", "max_request_size")},
+    "ssl_context": "use kafka.ssl_cafile, ssl_certfile and ssl_keyfile",
+    "linger_ms": "use kafka.producer_linger_ms",
+    "max_batch_size": "use kafka.producer_batch_bytes",
+    "compression_type": "use kafka.producer_compression",
+    "enable_auto_commit": _DELIVERY,
+    "acks": _DELIVERY,
+    "partitioner": "set by the worker: the results of one trace_id go to one partition",
+    "key_serializer": _BYTES, "value_serializer": _BYTES,
+    "key_deserializer": _BYTES, "value_deserializer": _BYTES,
+}
+
 #: Mechanisms authenticated with sasl_username + a password.
 _PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -83,8 +104,9 @@ class KafkaSettings(Section):
     producer_batch_bytes: int = Field(default=1_048_576, ge=1_024)
     producer_compression: Literal["gzip", "snappy", "lz4", "zstd"] | None = None
     #: Any other aiokafka keyword argument. Each goes only to the client(s) whose
-    #: constructor takes it (``isolation_level`` to the consumer, ``acks`` to the producer,
-    #: ``request_timeout_ms`` to both); a name neither takes is a config error.
+    #: constructor takes it (``isolation_level`` to the consumer, ``request_timeout_ms`` to
+    #: both); a name neither takes is a config error, and so is one the worker sets itself
+    #: (``_OWNED``).
     extra: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("sasl_password_file", "ssl_cafile", "ssl_certfile", "ssl_keyfile")
@@ -104,6 +126,9 @@ class KafkaSettings(Section):
         unknown = sorted(set(extra) - _accepted("consumer") - _accepted("producer"))
         if unknown:
             raise ValueError(f"not an option of AIOKafkaConsumer or AIOKafkaProducer: {unknown}")
+        owned = sorted(set(extra) & set(_OWNED))
+        if owned:
+            raise ValueError("; ".join(f"{name}: {_OWNED[name]}" for name in owned))
         return extra
 
     @model_validator(mode="after")
