@@ -112,6 +112,14 @@ class OpenAIJudgeConfig(Section):
     deadline_s: float = Field(default=300.0, gt=0)
     price_input_per_1k: float = Field(default=0.0, ge=0)
     price_output_per_1k: float = Field(default=0.0, ge=0)
+    #: Hard ceiling on this judge's spend (USD, at the prices above, from the token usage
+    #: the endpoint reports) within the last ``spend_cap_window_s`` seconds. Once reached,
+    #: requests are refused without being sent (error results; a cascade keeps its first
+    #: judge's answer) until spend leaves the window. Per worker replica: with N replicas,
+    #: set cap/N. None: no cap.
+    spend_cap_usd: float | None = Field(default=None, gt=0)
+    #: The cap's rolling window in seconds (default: a day).
+    spend_cap_window_s: float = Field(default=86_400.0, ge=60)
     cache_size: int = Field(default=10_000, ge=0)
     cache_ttl_s: float = Field(default=3_600.0, gt=0)
 
@@ -142,6 +150,11 @@ class OpenAIJudgeConfig(Section):
             # The key belongs in api_key_*: those are SecretStr from the environment or a file.
             raise ValueError(f"headers: put the key in api_key_env/api_key_file (with "
                              f"api_key_header), not in headers {sorted(secretish)}")
+        if self.spend_cap_usd is not None and not (self.price_input_per_1k
+                                                   or self.price_output_per_1k):
+            # With both prices 0 every request costs 0: the cap could never be reached.
+            raise ValueError("spend_cap_usd needs price_input_per_1k or price_output_per_1k "
+                             "above 0 (with both at 0 no spend is ever counted)")
         if self.deadline_s < self.timeout_s:
             raise ValueError(f"deadline_s ({self.deadline_s}) must be >= timeout_s "
                              f"({self.timeout_s})")
