@@ -8,6 +8,7 @@ __all__ = [
     "EvalstreamError",
     "EvaluatorError",
     "JudgeError",
+    "JudgeSpendCapError",
     "JudgeUnavailableError",
     "JudgeUnsupportedError",
     "OutputRejectedError",
@@ -67,6 +68,15 @@ class JudgeError(EvalstreamError):
 
 class JudgeUnavailableError(JudgeError):
     """The judge is unavailable (circuit open or deadline passed); the work may wait or fail."""
+
+
+class JudgeSpendCapError(JudgeError):
+    """The judge's spend within its window reached ``spend_cap_usd``: no request is sent.
+
+    Not retryable: retrying cannot help before spend leaves the window (the message says
+    when). The pipeline publishes it as an error result; a cascade answers with its first
+    judge instead when that one gave an answer.
+    """
 
 
 class JudgeUnsupportedError(JudgeError):

@@ -108,7 +108,8 @@ class Metrics:
         # --- judges -------------------------------------------------------------------
         self.judge_requests = Counter(
             "evalstream_judge_requests_total",
-            "Judge HTTP requests by outcome (ok, retry, rate_limited, error, deadline).",
+            "Judge HTTP requests by outcome (ok, retry, rate_limited, error, deadline; "
+            "capped: refused unsent, the judge's spend cap was reached).",
             ["judge", "outcome"], registry=r)
         self.judge_latency = Histogram(
             "evalstream_judge_latency_seconds", "Judge request latency.", ["judge"],
@@ -119,6 +120,10 @@ class Metrics:
         self.judge_cost = Counter(
             "evalstream_judge_cost_usd_total", "Estimated judge spend in USD.", ["judge"],
             registry=r)
+        self.judge_spend_window = Gauge(
+            "evalstream_judge_spend_window_usd",
+            "Estimated judge spend in USD within its spend cap window (this replica).",
+            ["judge"], registry=r)
         self.judge_cache_hits = Counter(
             "evalstream_judge_cache_hits_total", "Judge answers served from the cache.",
             ["judge"], registry=r)
@@ -131,7 +136,9 @@ class Metrics:
         self.judge_escalations = Counter(
             "evalstream_judge_escalations_total",
             "Cascade decisions: answered by the first judge, escalated when it was unsure, "
-            "or unsupported (the first judge cannot take the request; the second answers).",
+            "unsupported (the first judge cannot take the request; the second answers), "
+            "or capped (escalation refused by the second judge's spend cap; the first "
+            "judge's answer stands).",
             ["judge", "decision"], registry=r)
 
         # --- live pass rates and drift --------------------------------------------------

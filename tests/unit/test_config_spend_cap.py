@@ -74,4 +74,5 @@ def test_the_examples_commented_judges_load_with_their_cap(
     settings = load_settings(write(tmp_path, yaml.safe_dump(loaded)))
     azure = settings.judges["azure"]
     assert isinstance(azure, OpenAIJudgeConfig)
-    assert azure.spend_cap_usd == 20 and azure.spend_cap_window_s == 86_400
+    assert azure.spend_cap_usd == 20
+    assert azure.spend_cap_window_s == 86_400

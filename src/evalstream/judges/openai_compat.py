@@ -12,6 +12,15 @@ jittered backoff honouring ``Retry-After``. The caller's deadline (``deadline_s`
 all of it and turns into ``JudgeUnavailableError``, which the pipeline publishes as
 ``status: error``.
 
+Spend cap (``spend_cap_usd``): every answered HTTP request adds its cost, from the token
+usage the endpoint reports and the configured prices (``_cost``, the same formula as the
+``evalstream_judge_cost_usd_total`` metric), to a rolling window (``spend.SpendWindow``).
+Before each request is sent, a window at or over the cap raises ``JudgeSpendCapError``
+and nothing is sent; cache hits still answer, they cost nothing. Requests already in
+flight when the cap is reached still complete and count, so the window may overshoot the
+cap by at most the cost of those in-flight requests (at most ``max_concurrency`` of them:
+the cap is checked again once a request holds its connection slot).
+
 The API key lives only in the client's default headers: it is never logged, never put in
 an exception message (messages are also scrubbed of it, in case a server echoes it). So
 are the other credentials a judge may be given (``masked_dump`` hides them all): the
@@ -36,7 +45,7 @@ from urllib.parse import quote, quote_plus
 import httpx
 
 from evalstream.config.judges import OpenAIJudgeConfig
-from evalstream.errors import JudgeError, JudgeUnavailableError
+from evalstream.errors import JudgeError, JudgeSpendCapError, JudgeUnavailableError
 from evalstream.events import JudgeInfo, load_json
 from evalstream.judges.answers import parse_json_answer, unfence
 from evalstream.judges.base import GenerateRequest, Generation, Judge, Judgement, JudgeRequest
@@ -67,6 +76,7 @@ from evalstream.judges.resilience import (
     TokenBucket,
     backoff_delay,
 )
+from evalstream.judges.spend import SpendWindow
 from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
 
@@ -136,7 +146,8 @@ class OpenAIJudge(Judge):
         metrics: The worker's metrics container.
     """
 
-    def __init__(self, name: str, config: OpenAIJudgeConfig, metrics: Metrics) -> None:
+    def __init__(self, name: str, config: OpenAIJudgeConfig, metrics: Metrics,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
         self.config = config
         self._metrics = metrics
@@ -169,6 +180,11 @@ class OpenAIJudge(Judge):
         self._readable: dict[tuple[str, ...], bool] = {}
         self._in_flight = metrics.judge_in_flight.labels(name)
         self._in_flight.set(0)
+        # Kept with or without a cap: the gauge then shows the spend a cap would see.
+        self._spend = SpendWindow(config.spend_cap_window_s, clock=clock)
+        metrics.judge_spend_window.labels(name).set_function(self._spend.total)
+        self._capped = metrics.judge_requests.labels(name, "capped")
+        self._cap_logged = False
 
     # --- public API -------------------------------------------------------------------
 
@@ -336,6 +352,27 @@ class OpenAIJudge(Judge):
 
     # --- one logical request with limits, breaker and retries ---------------------------
 
+    def _check_spend_cap(self) -> None:
+        """Raise ``JudgeSpendCapError`` when the window's spend has reached the cap."""
+        cap = self.config.spend_cap_usd
+        if cap is None:
+            return
+        spent = self._spend.total()
+        if spent < cap:
+            self._cap_logged = False
+            return
+        self._capped.inc()
+        release = self._spend.seconds_until_release()
+        if not self._cap_logged:
+            # Once per capped spell, not per refused request (they may be thousands).
+            self._cap_logged = True
+            _log.warning("judge_spend_capped", judge=self.name, cap_usd=cap,
+                         spent_usd=round(spent, 6), release_in_s=round(release, 1))
+        raise JudgeSpendCapError(
+            f"judge {self.name!r}: spend cap reached (${spent:.4f} of spend_cap_usd "
+            f"${cap:g} within the last {self.config.spend_cap_window_s:g}s); no request "
+            f"sent; spend starts leaving the window in {release:.0f}s")
+
     async def _send(self, payload: dict[str, Any], usage: Usage) -> Any:
         # ~4 characters per token: only the tokens-per-minute bucket needs the estimate.
         estimate = (len(json.dumps(payload, ensure_ascii=False)) // 4 + int(
@@ -343,6 +380,9 @@ class OpenAIJudge(Judge):
             if self._tpm is not None else 0)
         attempt = 0
         while True:
+            # Before every request of the logical call (retries and fallbacks too), so a
+            # reached cap stops what is not sent yet.
+            self._check_spend_cap()
             probe = await self._breaker.acquire()
             recorded = False
             try:
@@ -389,6 +429,10 @@ class OpenAIJudge(Judge):
                        usage: Usage) -> tuple[Any, JudgeError | None]:
         """One HTTP exchange: (parsed body, None) or (None, classified error)."""
         async with self._http.client() as client:
+            # Again once a connection slot is ours: while this request waited (breaker,
+            # rate limits, max_concurrency) others' answers may have reached the cap. So
+            # only the requests actually on the wire can overshoot it.
+            self._check_spend_cap()
             self._in_flight.inc()
             start = time.perf_counter()
             try:
@@ -439,6 +483,7 @@ class OpenAIJudge(Judge):
         cost = self._cost(tokens_in, tokens_out)
         if cost:
             self._metrics.judge_cost.labels(self.name).inc(cost)
+            self._spend.add(cost)
 
     def _redact(self, text: str) -> str:
         for secret in self._credentials:

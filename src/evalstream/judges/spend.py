@@ -1,0 +1,83 @@
+"""A judge's spend over a rolling time window, for its spend cap (``spend_cap_usd``).
+
+Spend is added to fixed-width time buckets (``window_s / buckets`` wide); the window's spend
+is the sum of the buckets that started less than ``window_s`` ago. Memory is bounded by the
+bucket count whatever the request rate, and a bucket leaves the window all at once, so the
+window is between ``window_s - width`` and ``window_s`` long: coarse by one bucket (1/60 of
+the window by default), never unbounded.
+
+The cap is per process: each worker replica keeps its own window.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+__all__ = ["SpendWindow"]
+
+
+class SpendWindow:
+    """USD spent within the last ``window_s`` seconds, in at most ``buckets`` buckets.
+
+    Args:
+        window_s: The window's length in seconds.
+        buckets: How many time buckets the window is cut into (its resolution and memory).
+        clock: Monotonic seconds; injected by tests.
+    """
+
+    def __init__(self, window_s: float, *, buckets: int = 60,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if window_s <= 0 or buckets < 1:
+            raise ValueError("window_s must be > 0 and buckets >= 1")
+        self.window_s = window_s
+        self._width = window_s / buckets
+        self._count = buckets
+        self._clock = clock
+        # (bucket index, USD) oldest first; at most ``buckets`` entries once expired ones go.
+        self._buckets: deque[tuple[int, float]] = deque()
+        # The gauge reads total() from the metrics server's thread while the event loop adds.
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        """Buckets currently held (bounded by ``buckets``)."""
+        with self._lock:
+            self._expire(self._index())
+            return len(self._buckets)
+
+    def _index(self) -> int:
+        return math.floor(self._clock() / self._width)
+
+    def _expire(self, now: int) -> None:
+        while self._buckets and self._buckets[0][0] <= now - self._count:
+            self._buckets.popleft()
+
+    def add(self, usd: float) -> None:
+        """Count ``usd`` spent now (zero and negative amounts are ignored)."""
+        if not usd > 0:  # also drops NaN
+            return
+        with self._lock:
+            now = self._index()
+            self._expire(now)
+            if self._buckets and self._buckets[-1][0] == now:
+                self._buckets[-1] = (now, self._buckets[-1][1] + usd)
+            else:
+                self._buckets.append((now, usd))
+
+    def total(self) -> float:
+        """USD spent within the window."""
+        with self._lock:
+            self._expire(self._index())
+            return sum(usd for _, usd in self._buckets)
+
+    def seconds_until_release(self) -> float:
+        """Seconds until the oldest spend still counted leaves the window (0 when none)."""
+        with self._lock:
+            self._expire(self._index())
+            if not self._buckets:
+                return 0.0
+            leaves_at = (self._buckets[0][0] + self._count) * self._width
+            return max(0.0, leaves_at - self._clock())
