@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from evalstream.errors import JudgeUnsupportedError
+from evalstream.errors import JudgeError, JudgeSpendCapError, JudgeUnsupportedError
 from evalstream.judges.base import GenerateRequest, JudgeRequest
 from evalstream.judges.cascade import CascadeJudge
 from evalstream.metrics import Metrics
@@ -24,7 +24,7 @@ def request(task: str = "refusal") -> JudgeRequest:
 def decisions(metrics: Metrics) -> dict[str, float]:
     return {d: metrics.registry.get_sample_value(
         "evalstream_judge_escalations_total", {"judge": "smart", "decision": d}) or 0.0
-        for d in ("answered", "escalated", "unsupported")}
+        for d in ("answered", "escalated", "unsupported", "capped")}
 
 
 def cascade(first: ScriptedJudge, then: ScriptedJudge, metrics: Metrics,
@@ -49,7 +49,8 @@ async def test_first_judge_refusing_a_task_it_claims_falls_back_to_the_second() 
     assert answer.rationale == "why"
     # A fallback, not an escalation: the first judge gave no answer to be unsure about.
     assert answer.info.escalated is False
-    assert decisions(metrics) == {"answered": 0.0, "escalated": 0.0, "unsupported": 1.0}
+    assert decisions(metrics) == {"answered": 0.0, "escalated": 0.0, "unsupported": 1.0,
+                                  "capped": 0.0}
 
 
 async def test_other_first_judge_errors_are_not_swallowed() -> None:
@@ -105,3 +106,46 @@ def test_a_cascade_supports_what_either_judge_supports() -> None:
     assert judge.supports("refusal")  # the first judge's task only
     assert judge.supports("topic")  # the second judge's task only
     assert not judge.supports("toxicity")
+
+
+def capped(req: JudgeRequest) -> dict[str, float]:
+    raise JudgeSpendCapError("judge 'llm': spend cap reached")
+
+
+async def test_a_capped_second_judge_leaves_the_first_judges_answer() -> None:
+    # Unsure but an answer: better than an error result while the LLM judge is capped.
+    first = ScriptedJudge({"refusal": {"yes": 0.6, "no": 0.4}}, name="cheap")
+    then = ScriptedJudge({"refusal": capped}, name="llm")
+    metrics = Metrics()
+    answer = await cascade(first, then, metrics).judge(request())
+    assert then.tasks() == ["refusal"]  # it was asked, and refused
+    assert dict(answer.probabilities) == {"yes": 0.6, "no": 0.4}
+    assert answer.info.escalated is False
+    assert decisions(metrics) == {"answered": 0.0, "escalated": 0.0, "unsupported": 0.0,
+                                  "capped": 1.0}
+
+
+async def test_a_capped_second_judge_is_an_error_when_the_first_had_no_answer() -> None:
+    def refuse(req: JudgeRequest) -> dict[str, float]:
+        raise JudgeUnsupportedError("needs a field this request lacks")
+
+    for first in (ScriptedJudge({"refusal": refuse}, name="cheap"),  # claims, then refuses
+                  ScriptedJudge({"topic": {"a": 1.0}}, name="cheap")):  # does not claim
+        metrics = Metrics()
+        judge = cascade(first, ScriptedJudge({"refusal": capped}, name="llm"), metrics)
+        with pytest.raises(JudgeSpendCapError, match="spend cap reached"):
+            await judge.judge(request())
+        assert decisions(metrics)["capped"] == 0.0
+        assert decisions(metrics)["unsupported"] == 1.0
+
+
+async def test_other_second_judge_failures_still_fail_as_escalations() -> None:
+    def down(req: JudgeRequest) -> dict[str, float]:
+        raise JudgeError("upstream 503 after retries")
+
+    first = ScriptedJudge({"refusal": {"yes": 0.6, "no": 0.4}}, name="cheap")
+    metrics = Metrics()
+    with pytest.raises(JudgeError, match="503"):
+        await cascade(first, ScriptedJudge({"refusal": down}), metrics).judge(request())
+    assert decisions(metrics) == {"answered": 0.0, "escalated": 1.0, "unsupported": 0.0,
+                                  "capped": 0.0}

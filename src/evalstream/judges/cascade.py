@@ -3,8 +3,10 @@
 Per request, the first judge (usually ``builtin``) answers; when its confidence (|p-0.5|x2
 for two options, top minus runner-up otherwise) is at least ``min_confidence`` that answer
 stands, otherwise the request is escalated to the second judge. Tasks the first judge does
-not support go straight to the second. Each decision is counted
-(``evalstream_judge_escalations_total{decision="answered|escalated|unsupported"}``).
+not support go straight to the second. When the second judge refuses an escalation
+because its spend cap is reached (``JudgeSpendCapError``), the first judge's answer stands,
+unsure as it is: a cap should make evaluation cheaper, not stop it. Each decision is counted
+(``evalstream_judge_escalations_total{decision="answered|escalated|unsupported|capped"}``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from evalstream.config.judges import CascadeJudgeConfig
-from evalstream.errors import ConfigError, JudgeUnsupportedError
+from evalstream.errors import ConfigError, JudgeSpendCapError, JudgeUnsupportedError
 from evalstream.judges.base import GenerateRequest, Generation, Judge, Judgement, JudgeRequest
 from evalstream.judges.registry import judge_backend
 from evalstream.metrics import Metrics
@@ -39,14 +41,15 @@ class CascadeJudge(Judge):
         self.then = then
         self.min_confidence = min_confidence
         self._decisions = {d: metrics.judge_escalations.labels(name, d)
-                           for d in ("answered", "escalated", "unsupported")}
+                           for d in ("answered", "escalated", "unsupported", "capped")}
 
     def supports(self, task: str) -> bool:
         """A cascade answers what either judge answers."""
         return self.first.supports(task) or self.then.supports(task)
 
     async def judge(self, request: JudgeRequest) -> Judgement:
-        """The first judge's answer when confident, else the second judge's."""
+        """The first judge's answer when confident, else the second judge's (the first's
+        after all when the second's spend cap refuses the escalation)."""
         if self.first.supports(request.task):
             try:
                 first = await self.first.judge(request)
@@ -56,8 +59,16 @@ class CascadeJudge(Judge):
                 if first.confidence >= self.min_confidence:
                     self._decisions["answered"].inc()
                     return first
+                try:
+                    second = await self.then.judge(request)
+                except JudgeSpendCapError:
+                    # The second judge sent nothing: keep the first judge's answer.
+                    self._decisions["capped"].inc()
+                    return first
+                except BaseException:
+                    self._decisions["escalated"].inc()  # escalated, then it failed
+                    raise
                 self._decisions["escalated"].inc()
-                second = await self.then.judge(request)
                 return Judgement(probabilities=second.probabilities,
                                  info=second.info.model_copy(update={"escalated": True}),
                                  rationale=second.rationale)
