@@ -53,7 +53,8 @@ def test_unit_tests_cover_spike_quiet_and_small_sample() -> None:
     assert {"EvalstreamOffTopicSpike", "EvalstreamPassRateDrop"} <= silent
     # Availability alerts: each shown firing, and quiet on healthy input.
     availability = {"EvalstreamDown", "EvalstreamTargetDown", "EvalstreamOffsetCommitErrors",
-                    "EvalstreamJudgeCircuitOpen", "EvalstreamJudgeErrors"}
+                    "EvalstreamJudgeCircuitOpen", "EvalstreamJudgeErrors",
+                    "EvalstreamJudgeSpendCapReached"}
     assert availability <= fired
     assert availability <= silent
 
