@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import structlog
+from prometheus_client import generate_latest
 
 from evalstream.config import OpenAIJudgeConfig
 from evalstream.errors import JudgeError, JudgeSpendCapError
@@ -231,3 +232,28 @@ async def test_without_a_cap_spend_is_still_shown_and_never_refused() -> None:
                   judge="gpt") == pytest.approx(4.0)
     assert sample(metrics, "evalstream_judge_requests_total", judge="gpt",
                   outcome="capped") == 0
+
+
+async def test_cap_metrics_exist_from_start_up_and_are_read_at_scrape_time() -> None:
+    # The "capped" series exists at 0 before any refusal, so the alert's increase() sees the
+    # first one; the spend gauge is computed when scraped, so it falls as spend ages out
+    # even while no request is made.
+    metrics, clock = Metrics(), Clock()
+    async with llm_server() as server:
+        judge = capped_judge(server, metrics, clock, spend_cap_usd=5.0, cache_size=0)
+        try:
+            scraped = generate_latest(metrics.registry).decode()
+            assert 'evalstream_judge_requests_total{judge="gpt",outcome="capped"} 0.0' in scraped
+            assert 'evalstream_judge_spend_window_usd{judge="gpt"} 0.0' in scraped
+            assert "capped: refused unsent" in scraped  # the help text names the outcome
+            await judge.judge(question("a"))
+        finally:
+            await judge.aclose()
+    scraped = generate_latest(metrics.registry).decode()
+    assert 'evalstream_judge_spend_window_usd{judge="gpt"} 1.0' in scraped
+    clock.now += 3600.0 + 60.0
+    scraped = generate_latest(metrics.registry).decode()
+    assert 'evalstream_judge_spend_window_usd{judge="gpt"} 0.0' in scraped
+    escalations = next(m for m in metrics.registry.collect()
+                       if m.name == "evalstream_judge_escalations")
+    assert "capped" in escalations.documentation
