@@ -108,8 +108,8 @@ class Metrics:
         # --- judges -------------------------------------------------------------------
         self.judge_requests = Counter(
             "evalstream_judge_requests_total",
-            "Judge HTTP requests by outcome (ok, retry, rate_limited, error, deadline; "
-            "capped: refused unsent, the judge's spend cap was reached).",
+            "Judge HTTP requests; capped ones were refused unsent at the judge's spend cap. "
+            "By outcome (ok, retry, rate_limited, error, deadline, capped).",
             ["judge", "outcome"], registry=r)
         self.judge_latency = Histogram(
             "evalstream_judge_latency_seconds", "Judge request latency.", ["judge"],

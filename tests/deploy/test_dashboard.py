@@ -113,7 +113,8 @@ def _emitted_judge_outcomes() -> set[str]:
 def test_judge_outcome_panel_lists_the_real_outcomes() -> None:
     emitted = _emitted_judge_outcomes()
     documented = set(re.findall(r"\w+", Metrics().judge_requests._documentation.split("(")[1]))
-    assert emitted == documented == {"ok", "retry", "rate_limited", "error", "deadline"}
+    assert emitted == documented == {"ok", "retry", "rate_limited", "error", "deadline",
+                                     "capped"}
     desc = panels_by_title(load())["Judge requests by outcome"]["description"]
     assert "circuit_open" not in desc
     for outcome in emitted:

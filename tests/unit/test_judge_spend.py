@@ -245,7 +245,7 @@ async def test_cap_metrics_exist_from_start_up_and_are_read_at_scrape_time() -> 
             scraped = generate_latest(metrics.registry).decode()
             assert 'evalstream_judge_requests_total{judge="gpt",outcome="capped"} 0.0' in scraped
             assert 'evalstream_judge_spend_window_usd{judge="gpt"} 0.0' in scraped
-            assert "capped: refused unsent" in scraped  # the help text names the outcome
+            assert "capped ones were refused unsent" in scraped  # help text names the outcome
             await judge.judge(question("a"))
         finally:
             await judge.aclose()
