@@ -6,7 +6,8 @@ bucket count whatever the request rate, and a bucket leaves the window all at on
 window is between ``window_s - width`` and ``window_s`` long: coarse by one bucket (1/60 of
 the window by default), never unbounded.
 
-The cap is per process: each worker replica keeps its own window.
+The cap is per process: each worker replica keeps its own window, in memory only (a
+restarted worker starts from zero).
 """
 
 from __future__ import annotations
