@@ -142,8 +142,9 @@ class OpenAIJudge(Judge):
 
     Args:
         name: The configured name (metrics label, results).
-        config: Endpoint, limits and prices.
+        config: Endpoint, limits, prices and spend cap.
         metrics: The worker's metrics container.
+        clock: Monotonic seconds for the spend cap's window; injected by tests.
     """
 
     def __init__(self, name: str, config: OpenAIJudgeConfig, metrics: Metrics,
