@@ -45,7 +45,7 @@ from urllib.parse import quote, quote_plus
 import httpx
 
 from evalstream.config.judges import OpenAIJudgeConfig
-from evalstream.errors import JudgeError, JudgeSpendCapError, JudgeUnavailableError
+from evalstream.errors import JudgeError, JudgeUnavailableError
 from evalstream.events import JudgeInfo, load_json
 from evalstream.judges.answers import parse_json_answer, unfence
 from evalstream.judges.base import GenerateRequest, Generation, Judge, Judgement, JudgeRequest
@@ -76,7 +76,7 @@ from evalstream.judges.resilience import (
     TokenBucket,
     backoff_delay,
 )
-from evalstream.judges.spend import SpendWindow
+from evalstream.judges.spend import SpendCap, SpendWindow
 from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
 
@@ -182,10 +182,10 @@ class OpenAIJudge(Judge):
         self._in_flight = metrics.judge_in_flight.labels(name)
         self._in_flight.set(0)
         # Kept with or without a cap: the gauge then shows the spend a cap would see.
-        self._spend = SpendWindow(config.spend_cap_window_s, clock=clock)
-        metrics.judge_spend_window.labels(name).set_function(self._spend.total)
-        self._capped = metrics.judge_requests.labels(name, "capped")
-        self._cap_logged = False
+        window = SpendWindow(config.spend_cap_window_s, clock=clock)
+        metrics.judge_spend_window.labels(name).set_function(window.total)
+        self._spend = SpendCap(name, config.spend_cap_usd, window,
+                               metrics.judge_requests.labels(name, "capped").inc)
 
     # --- public API -------------------------------------------------------------------
 
@@ -353,27 +353,6 @@ class OpenAIJudge(Judge):
 
     # --- one logical request with limits, breaker and retries ---------------------------
 
-    def _check_spend_cap(self) -> None:
-        """Raise ``JudgeSpendCapError`` when the window's spend has reached the cap."""
-        cap = self.config.spend_cap_usd
-        if cap is None:
-            return
-        spent = self._spend.total()
-        if spent < cap:
-            self._cap_logged = False
-            return
-        self._capped.inc()
-        release = self._spend.seconds_until_release()
-        if not self._cap_logged:
-            # Once per capped spell, not per refused request (they may be thousands).
-            self._cap_logged = True
-            _log.warning("judge_spend_capped", judge=self.name, cap_usd=cap,
-                         spent_usd=round(spent, 6), release_in_s=round(release, 1))
-        raise JudgeSpendCapError(
-            f"judge {self.name!r}: spend cap reached (${spent:.4f} of spend_cap_usd "
-            f"${cap:g} within the last {self.config.spend_cap_window_s:g}s); no request "
-            f"sent; spend starts leaving the window in {release:.0f}s")
-
     async def _send(self, payload: dict[str, Any], usage: Usage) -> Any:
         # ~4 characters per token: only the tokens-per-minute bucket needs the estimate.
         estimate = (len(json.dumps(payload, ensure_ascii=False)) // 4 + int(
@@ -383,7 +362,7 @@ class OpenAIJudge(Judge):
         while True:
             # Before every request of the logical call (retries and fallbacks too), so a
             # reached cap stops what is not sent yet.
-            self._check_spend_cap()
+            self._spend.check()
             probe = await self._breaker.acquire()
             recorded = False
             try:
@@ -433,7 +412,7 @@ class OpenAIJudge(Judge):
             # Again once a connection slot is ours: while this request waited (breaker,
             # rate limits, max_concurrency) others' answers may have reached the cap. So
             # only the requests actually on the wire can overshoot it.
-            self._check_spend_cap()
+            self._spend.check()
             self._in_flight.inc()
             start = time.perf_counter()
             try:

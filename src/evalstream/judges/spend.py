@@ -18,7 +18,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-__all__ = ["SpendWindow"]
+from evalstream.errors import JudgeSpendCapError
+from evalstream.logging import get_logger
+
+__all__ = ["SpendCap", "SpendWindow"]
+
+_log = get_logger(__name__)
 
 
 class SpendWindow:
@@ -82,3 +87,51 @@ class SpendWindow:
                 return 0.0
             leaves_at = (self._buckets[0][0] + self._count) * self._width
             return max(0.0, leaves_at - self._clock())
+
+
+class SpendCap:
+    """A judge's spend cap: ``check`` refuses while the window's spend is at the cap.
+
+    Args:
+        judge: The judge's name (messages, the log).
+        cap_usd: The cap; None counts spend (for the gauge) and never refuses.
+        window: Where the judge's spend is added.
+        on_refused: Called once per refused request (the ``capped`` request count).
+    """
+
+    def __init__(self, judge: str, cap_usd: float | None, window: SpendWindow,
+                 on_refused: Callable[[], None]) -> None:
+        self.judge = judge
+        self.cap_usd = cap_usd
+        self.window = window
+        self._on_refused = on_refused
+        self._logged = False
+
+    def add(self, usd: float) -> None:
+        """Count ``usd`` spent now."""
+        self.window.add(usd)
+
+    def check(self) -> None:
+        """Return when a request may be sent.
+
+        Raises:
+            JudgeSpendCapError: the window's spend has reached the cap (nothing may be sent).
+        """
+        cap = self.cap_usd
+        if cap is None:
+            return
+        spent = self.window.total()
+        if spent < cap:
+            self._logged = False
+            return
+        self._on_refused()
+        release = self.window.seconds_until_release()
+        if not self._logged:
+            # Once per capped spell, not per refused request (they may be thousands).
+            self._logged = True
+            _log.warning("judge_spend_capped", judge=self.judge, cap_usd=cap,
+                         spent_usd=round(spent, 6), release_in_s=round(release, 1))
+        raise JudgeSpendCapError(
+            f"judge {self.judge!r}: spend cap reached (${spent:.4f} of spend_cap_usd "
+            f"${cap:g} within the last {self.window.window_s:g}s); no request sent; spend "
+            f"starts leaving the window in {release:.0f}s")
