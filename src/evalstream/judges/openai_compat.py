@@ -33,14 +33,12 @@ lives in ``openai_wire.py``; this module is the client that sends it.
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, quote_plus
 
 import httpx
 
@@ -76,6 +74,7 @@ from evalstream.judges.resilience import (
     TokenBucket,
     backoff_delay,
 )
+from evalstream.judges.scrub import Scrubber
 from evalstream.judges.spend import SpendCap, SpendWindow
 from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
@@ -111,27 +110,6 @@ def _backend_answered(error: JudgeError | None) -> bool:
     return error.status is not None and error.status != 200 and error.status < 500
 
 
-#: Header and query values shorter than this are not scrubbed from server messages: they
-#: are flags and versions ("1", "true"), and scrubbing them would mangle every message.
-_MIN_SCRUBBED_CHARS = 8
-
-
-def _credentials(config: OpenAIJudgeConfig, api_key: str | None) -> tuple[str, ...]:
-    """Every credential value of ``config``, in each form a server may echo it in,
-    longest first (so a value inside another is scrubbed after it)."""
-    url = httpx.URL(config.base_url)
-    found = {api_key, url.password}
-    if url.username or url.password:
-        # httpx sends the user info as HTTP Basic credentials; some gateways take the key
-        # as the user name (https://KEY@host), so a long one counts as a secret too.
-        found.add(base64.b64encode(f"{url.username}:{url.password}".encode()).decode())
-    found.update(v for v in (url.username, *config.headers.values(), *config.query.values())
-                 if len(v) >= _MIN_SCRUBBED_CHARS)
-    forms = {form for value in found if value
-             for form in (value, quote(value, safe=""), quote_plus(value))}
-    return tuple(sorted(forms, key=len, reverse=True))
-
-
 def _request_key(*parts: Any) -> str:
     blob = json.dumps(parts, ensure_ascii=False, sort_keys=True, default=str)
     return hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
@@ -153,7 +131,7 @@ class OpenAIJudge(Judge):
         self.config = config
         self._metrics = metrics
         self._secret = config.api_key.get_secret_value() if config.api_key else None
-        self._credentials = _credentials(config, self._secret)
+        self._redact = Scrubber(config, self._secret)
         headers = dict(config.headers)
         if self._secret:
             is_bearer = config.api_key_header.lower() == "authorization"
@@ -464,12 +442,6 @@ class OpenAIJudge(Judge):
         if cost:
             self._metrics.judge_cost.labels(self.name).inc(cost)
             self._spend.add(cost)
-
-    def _redact(self, text: str) -> str:
-        for secret in self._credentials:
-            if secret in text:
-                text = text.replace(secret, "***")
-        return text
 
 
 @judge_backend("openai")
