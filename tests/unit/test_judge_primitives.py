@@ -33,15 +33,7 @@ from evalstream.judges.resilience import (
     parse_retry_after,
 )
 from evalstream.metrics import Metrics
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
+from tests.support.clock import FakeClock
 
 # --- logprobs ------------------------------------------------------------------------
 

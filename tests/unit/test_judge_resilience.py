@@ -20,15 +20,7 @@ from evalstream.judges.resilience import (
     backoff_delay,
     parse_retry_after,
 )
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
+from tests.support.clock import FakeClock
 
 # --- backoff -------------------------------------------------------------------------
 

@@ -19,17 +19,8 @@ from evalstream.judges.base import JudgeRequest
 from evalstream.judges.openai_compat import OpenAIJudge
 from evalstream.judges.spend import SpendWindow
 from evalstream.metrics import Metrics
+from tests.support.clock import FakeClock
 from tests.support.llm_server import FakeLLM, llm_server
-
-
-class Clock:
-    """A hand-driven monotonic clock."""
-
-    def __init__(self, now: float = 1_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +32,7 @@ def _plain_logging() -> None:
 
 
 def test_window_sums_spend_until_it_rolls_out() -> None:
-    clock = Clock(0.0)
+    clock = FakeClock(0.0)
     window = SpendWindow(600, buckets=60, clock=clock)  # 10 s buckets
     window.add(1.0)
     clock.now = 305.0
@@ -56,7 +47,7 @@ def test_window_sums_spend_until_it_rolls_out() -> None:
 
 
 def test_release_time_is_when_the_oldest_bucket_leaves() -> None:
-    clock = Clock(0.0)
+    clock = FakeClock(0.0)
     window = SpendWindow(600, buckets=60, clock=clock)
     assert window.seconds_until_release() == 0.0
     clock.now = 12.0  # bucket [10, 20): leaves the window at 610
@@ -69,7 +60,7 @@ def test_release_time_is_when_the_oldest_bucket_leaves() -> None:
 
 
 def test_memory_is_bounded_by_the_bucket_count() -> None:
-    clock = Clock(0.0)
+    clock = FakeClock(0.0)
     window = SpendWindow(60, buckets=6, clock=clock)
     for step in range(10_000):  # ~2 hours of spend every 0.7 s: 700 buckets' worth
         clock.now = step * 0.7
@@ -97,7 +88,7 @@ def question(output: str) -> JudgeRequest:
                         data=(("output", output),))
 
 
-def capped_judge(server: FakeLLM, metrics: Metrics, clock: Clock,
+def capped_judge(server: FakeLLM, metrics: Metrics, clock: FakeClock,
                  **overrides: Any) -> OpenAIJudge:
     # The fake server reports 1 completion token per answer: at $1000 per 1k output tokens
     # each answered request costs exactly $1, whatever the prompt's size.
@@ -116,7 +107,7 @@ def sample(metrics: Metrics, name: str, **labels: str) -> float:
 
 
 async def test_once_capped_nothing_is_sent_until_spend_leaves_the_window() -> None:
-    metrics, clock = Metrics(), Clock()
+    metrics, clock = Metrics(), FakeClock(1_000.0)
     async with llm_server() as server:
         judge = capped_judge(server, metrics, clock)
         try:
@@ -157,7 +148,7 @@ async def test_once_capped_nothing_is_sent_until_spend_leaves_the_window() -> No
 async def test_the_cost_counted_is_the_reported_usage_at_the_configured_prices() -> None:
     # The cap counts what the metric counts: tokens the server reported, priced per 1k. A
     # long prompt costs more than a short one, and the window holds the exact sum.
-    metrics, clock = Metrics(), Clock()
+    metrics, clock = Metrics(), FakeClock(1_000.0)
     async with llm_server() as server:
         judge = capped_judge(server, metrics, clock, price_input_per_1k=0.3,
                              price_output_per_1k=0.6, spend_cap_usd=1.0)
@@ -179,7 +170,7 @@ async def test_the_cost_counted_is_the_reported_usage_at_the_configured_prices()
 async def test_a_failed_request_costs_nothing_and_a_capped_retry_is_not_sent() -> None:
     # A 500 reports no usage: it costs nothing. The cap is checked before every attempt,
     # so once it is reached no retry of an earlier failure goes out either.
-    metrics, clock = Metrics(), Clock()
+    metrics, clock = Metrics(), FakeClock(1_000.0)
     async with llm_server() as server:
         judge = capped_judge(server, metrics, clock, spend_cap_usd=1.0, cache_size=0)
         try:
@@ -199,7 +190,7 @@ async def test_a_failed_request_costs_nothing_and_a_capped_retry_is_not_sent() -
 async def test_in_flight_requests_overshoot_by_at_most_their_own_cost() -> None:
     # Requests that passed the check before the cap was reached still complete and count
     # (the documented overshoot); none starts once the window is at the cap.
-    metrics, clock = Metrics(), Clock()
+    metrics, clock = Metrics(), FakeClock(1_000.0)
     async with llm_server(delay_s=0.05) as server:
         judge = capped_judge(server, metrics, clock, spend_cap_usd=1.0, cache_size=0,
                              max_concurrency=3)
@@ -219,7 +210,7 @@ async def test_in_flight_requests_overshoot_by_at_most_their_own_cost() -> None:
 
 
 async def test_without_a_cap_spend_is_still_shown_and_never_refused() -> None:
-    metrics, clock = Metrics(), Clock()
+    metrics, clock = Metrics(), FakeClock(1_000.0)
     async with llm_server() as server:
         judge = capped_judge(server, metrics, clock, spend_cap_usd=None, cache_size=0)
         try:
@@ -238,7 +229,7 @@ async def test_cap_metrics_exist_from_start_up_and_are_read_at_scrape_time() -> 
     # The "capped" series exists at 0 before any refusal, so the alert's increase() sees the
     # first one; the spend gauge is computed when scraped, so it falls as spend ages out
     # even while no request is made.
-    metrics, clock = Metrics(), Clock()
+    metrics, clock = Metrics(), FakeClock(1_000.0)
     async with llm_server() as server:
         judge = capped_judge(server, metrics, clock, spend_cap_usd=5.0, cache_size=0)
         try:
