@@ -131,12 +131,17 @@ def response_text(body: Any, api: str, *, judge: str) -> str:
         raise JudgeError(f"judge {judge!r}: response has no answer text") from None
     if not isinstance(text, str):
         raise JudgeError(f"judge {judge!r}: response has no answer text")
-    if not text.isascii():
-        # A "\ud83d" escape in the body (a model's text cut inside an emoji) is a lone
-        # surrogate here, which no result quoting it (a reason) could be serialised with:
-        # it becomes "?".
-        text = text.encode("utf-8", "replace").decode("utf-8")
-    return text
+    return _utf8_safe(text)
+
+
+def _utf8_safe(text: str) -> str:
+    """``text`` with any lone surrogate as ``?``.
+
+    A ``"\ud83d"`` escape in a body (a model's text cut inside an emoji) is a lone
+    surrogate once parsed, which no result quoting the text (a reason, an error) could be
+    serialised with.
+    """
+    return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
 
 
 @contextlib.contextmanager
@@ -241,12 +246,7 @@ def _error_detail(response: httpx.Response, redact: Callable[[str], str]) -> str
     message = _error_fields(response).get("message")
     if not message:
         return ""
-    text = redact(str(message))[:200]
-    if not text.isascii():
-        # A "\ud800" escape in the body is a lone surrogate here: the error result
-        # quoting it could not be serialised (see response_text).
-        text = text.encode("utf-8", "replace").decode("utf-8")
-    return f" ({text})"
+    return f" ({_utf8_safe(redact(str(message))[:200])})"
 
 
 def _error_fields(response: httpx.Response) -> dict[str, Any]:
