@@ -15,7 +15,15 @@ from evalstream.config.secret_files import read_secret_file
 from evalstream.config.section import Section
 from evalstream.errors import ConfigError
 
-__all__ = ["Client", "InputTopic", "KafkaSettings", "TopicSettings", "build_client"]
+__all__ = [
+    "REFUSED_OPTION",
+    "Client",
+    "InputTopic",
+    "KafkaSettings",
+    "TopicSettings",
+    "build_client",
+    "refused_option",
+]
 
 #: Which aiokafka client options are built for.
 Client = Literal["consumer", "producer"]
@@ -222,21 +230,31 @@ class KafkaSettings(Section):
         return None
 
 
+#: What aiokafka raises for an option value it refuses, when building a client or (for a
+#: few, e.g. ``isolation_level``) when starting one.
+REFUSED_OPTION = (TypeError, ValueError)
+
+
+def refused_option(client: Client, exc: Exception) -> ConfigError:
+    """The config error for an option value the aiokafka ``client`` refused with ``exc``."""
+    return ConfigError(f"kafka.extra (or another kafka option): the aiokafka {client} "
+                       f"refuses it: {type(exc).__name__}: {exc}")
+
+
 def build_client(factory: Callable[..., _T], options: dict[str, Any], client: Client) -> _T:
     """``factory(**options)``: an aiokafka client, built (not started).
 
-    aiokafka checks some option values only here (``acks``, the type of a timeout...);
-    such a value, typically from ``kafka.extra``, would otherwise end start-up with a
-    traceback after check-config said the configuration is valid.
+    aiokafka checks some option values only here (the type of a timeout...); such a
+    value, typically from ``kafka.extra``, would otherwise end start-up with a traceback
+    after check-config said the configuration is valid.
 
     Raises:
         ConfigError: aiokafka refuses an option (its message names no value).
     """
     try:
         return factory(**options)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"kafka.extra (or another kafka option): the aiokafka {client} "
-                          f"refuses it: {type(exc).__name__}: {exc}") from exc
+    except REFUSED_OPTION as exc:
+        raise refused_option(client, exc) from exc
 
 
 class InputTopic(Section):

@@ -26,8 +26,8 @@ from aiokafka.errors import (
 )
 
 from evalstream.config import KafkaSettings
-from evalstream.config.kafka import build_client
-from evalstream.errors import ConfigError, SourceError
+from evalstream.config.kafka import REFUSED_OPTION, build_client, refused_option
+from evalstream.errors import SourceError
 from evalstream.events import Record
 from evalstream.logging import get_logger
 from evalstream.sources.base import TP, RebalanceHandler
@@ -133,23 +133,24 @@ class KafkaSource:
         """
         consumer = self.client()
         try:
-            await consumer.start()
-        except KafkaError as exc:
+            await self._connect(consumer)
+        except BaseException:  # failed, or start-up's deadline cancelled it: close it
             await consumer.stop()
-            raise SourceError(f"cannot connect to Kafka at {self._settings.bootstrap_servers}: "
-                              f"{exc}") from exc
-        except asyncio.CancelledError:
-            await consumer.stop()  # start-up's deadline: close what was opened
             raise
-        except (TypeError, ValueError) as exc:
-            # Some options are checked only once connected (isolation_level builds the
-            # fetcher): a config error (exit 2), not a traceback.
-            await consumer.stop()
-            raise ConfigError(f"kafka.extra (or another kafka option): the aiokafka consumer "
-                              f"refuses it: {type(exc).__name__}: {exc}") from exc
         consumer.subscribe(self._topics, listener=_Listener(handler))
         self._consumer = consumer
         self._connected = self._reachable = True
+
+    async def _connect(self, consumer: AIOKafkaConsumer) -> None:
+        try:
+            await consumer.start()
+        except KafkaError as exc:
+            raise SourceError(f"cannot connect to Kafka at {self._settings.bootstrap_servers}: "
+                              f"{exc}") from exc
+        except REFUSED_OPTION as exc:
+            # Some options are checked only once connected (isolation_level builds the
+            # fetcher): a config error (exit 2), not a traceback.
+            raise refused_option("consumer", exc) from exc
 
     async def poll(self, timeout_s: float, max_records: int) -> Mapping[TP, Sequence[Record]]:
         """The next records by partition; empty on timeout or after a transient error."""
