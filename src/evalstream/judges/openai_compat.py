@@ -102,8 +102,8 @@ def _backend_answered(error: JudgeError | None) -> bool:
 
     Any HTTP error status below 500 (the retryable 4xx included) is an answer: the backend is up
     and the request, or its rate, was at fault. No status (a timeout or a broken
-    connection), a 5xx, or a 2xx whose body is not JSON (``classify_response`` marks it
-    status 200) counts against it.
+    connection), a 5xx, or a 2xx whose body is not JSON or is an error without an HTTP-like
+    code (``classify_response`` marks both status 200) counts against it.
     """
     if error is None:
         return True

@@ -214,7 +214,8 @@ def classify_response(response: httpx.Response, *, judge: str, host: str,
         The parsed JSON body of a 2xx response; otherwise a ``JudgeError`` that says
         whether it is retryable (408, 409, 425, 429, 5xx and a non-JSON 2xx body) and
         carries the status and ``Retry-After``. A 400 that names the logprobs parameters is a
-        ``LogprobsRejectedError``.
+        ``LogprobsRejectedError``. A 2xx body that is an error object is an error too (see
+        ``_error_in_body``).
     """
     status = response.status_code
     if 200 <= status < 300:
@@ -224,10 +225,11 @@ def classify_response(response: httpx.Response, *, judge: str, host: str,
             # A proxy or a crashing server; status 200 marks it for the breaker.
             return None, JudgeError(f"judge {judge!r}: HTTP {status} with a non-JSON "
                                     f"body from {host}", retryable=True, status=200)
-        return body, None
+        error = _error_in_body(body, response, judge=judge, host=host, redact=redact)
+        return (None, error) if error is not None else (body, None)
     retry_after = parse_retry_after(response.headers.get("retry-after"))
-    detail = _error_detail(response, redact)
-    if status in _RETRYABLE_4XX or status >= 500:
+    detail = _error_detail(_error_fields(response), redact)
+    if _retryable_status(status):
         return None, JudgeError(f"judge {judge!r}: HTTP {status} from {host}"
                                 f"{detail}", retryable=True, status=status,
                                 retry_after=retry_after)
@@ -242,8 +244,51 @@ def classify_response(response: httpx.Response, *, judge: str, host: str,
                       f"{hint}{detail}", retryable=False, status=status)
 
 
-def _error_detail(response: httpx.Response, redact: Callable[[str], str]) -> str:
-    message = _error_fields(response).get("message")
+def _retryable_status(status: int) -> bool:
+    """Whether an HTTP status says "try again": 408, 409, 425, 429 or any 5xx."""
+    return status in _RETRYABLE_4XX or status >= 500
+
+
+def _error_in_body(body: Any, response: httpx.Response, *, judge: str, host: str,
+                   redact: Callable[[str], str]) -> JudgeError | None:
+    """The error a 2xx body carries instead of an answer (None when it carries none).
+
+    OpenRouter answers 200 with ``{"error": {"code": 502, "message": ...}}`` when the model
+    fails after the request was accepted, ``code`` holding an HTTP-like status; other
+    gateways send ``{"error": "some text"}``. Read as an answer, either was only "no answer
+    text", never retried. Such an error is retryable exactly when its code, as an HTTP
+    status, would be; it carries that status (so a 429 counts as rate limiting and a 5xx
+    against the circuit breaker), or 200 when there is none, like an unreadable 2xx body.
+    An ``error`` that is null or empty next to an answer is no error.
+    """
+    error = body.get("error") if isinstance(body, Mapping) else None
+    if not (isinstance(error, Mapping) and error) and not (isinstance(error, str)
+                                                           and error.strip()):
+        return None
+    fields = _fields_of(error)
+    code = _http_status(fields.get("code"))
+    return JudgeError(
+        f"judge {judge!r}: HTTP {response.status_code} from {host} carries "
+        f"{f'error {code}' if code else 'an error'}{_error_detail(fields, redact)}",
+        retryable=code is not None and _retryable_status(code),
+        status=code or response.status_code,
+        retry_after=parse_retry_after(response.headers.get("retry-after")))
+
+
+def _http_status(code: Any) -> int | None:
+    """An error body's ``code`` as an HTTP status (100-599; a number or a string of digits).
+
+    Anything else (OpenAI's "invalid_api_key", a float, a bool) is no status.
+    """
+    if isinstance(code, str) and len(code) == 3 and code.isascii() and code.isdigit():
+        code = int(code)
+    if isinstance(code, int) and not isinstance(code, bool) and 100 <= code <= 599:
+        return code
+    return None
+
+
+def _error_detail(fields: Mapping[str, Any], redact: Callable[[str], str]) -> str:
+    message = fields.get("message")
     if not message:
         return ""
     return f" ({_utf8_safe(redact(str(message))[:200])})"
@@ -255,7 +300,11 @@ def _error_fields(response: httpx.Response) -> dict[str, Any]:
         body = response.json()
     except (ValueError, RecursionError):
         return {}
-    error = body.get("error") if isinstance(body, Mapping) else None
+    return _fields_of(body.get("error") if isinstance(body, Mapping) else None)
+
+
+def _fields_of(error: Any) -> dict[str, Any]:
+    """An ``error`` member as fields: an object as is, a string as its ``message``."""
     if isinstance(error, Mapping):
         return dict(error)
     return {"message": error} if isinstance(error, str) else {}
