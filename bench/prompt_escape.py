@@ -4,7 +4,7 @@
 characters, their look-alikes and invisible characters; ``as_read``
 (``judges/builtin/_common.py``) folds compatibility forms and drops invisible characters
 before the builtin judge's patterns run. Each is timed on ~4 kB texts of five kinds
-(plain ASCII, markup with ``<``/`` ` ``, Japanese, curly quotes, emoji) against a baseline
+(plain ASCII, markup with ``<``/`` ` ``, Japanese, curly quotes, emoji, brackets) against a baseline
 measured in the same run: ``json.dumps`` of the same fields (what any encoding costs)
 for ``encode_data``, and ``unicodedata.normalize("NFKC")`` for ``as_read``.
 
@@ -28,6 +28,8 @@ TEXTS = {
     "japanese": "日本語のテキストです。" * 400,
     "curly": "I’m sure it’s fine — really. " * 150,
     "emoji": "Great job 👍🏽 thanks! " * 200,
+    # Markdown links, citations, arrays and a Mistral-like [TODO]: the control-token regex.
+    "brackets": "See [1], [the docs](https://x.test) and [TODO] items [a, b]. " * 70,
 }
 
 

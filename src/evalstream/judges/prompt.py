@@ -10,6 +10,11 @@ for what could pass for them or hide from a reader: look-alike brackets and back
 (fullwidth ``＜/data＞``), invisible format characters (zero-width, bidi controls, Unicode
 tag characters, which some models read as ASCII), variation selectors, C1 controls and
 Unicode line separators (a raw line break inside a JSON string could start a fake line).
+``<`` also covers the special tokens of ChatML, Llama 3 and Gemma (``<|im_start|>``,
+``<start_of_turn>``); Mistral's are bracketed words (``[INST]``, ``[/SYSTEM_PROMPT]``,
+``[TOOL_CALLS]``), so the ``[`` of any such word is escaped too: a server whose tokenizer
+parses special tokens in the prompt (llama.cpp's does) would otherwise read them as real
+turns and tool calls.
 """
 
 from __future__ import annotations
@@ -52,6 +57,9 @@ _ESCAPED_BMP = re.compile(
     "[\u02c2\u02c3\u1438\u1433\u1fef\u2039\u203a\u2329\u232a\u27e8\u27e9"
     f"\u3008\u3009\ufe64\ufe65\uff1c\uff1e\uff40\x80-\x9f\u2028\u2029\ufe00-\ufe0f{FORMAT_BMP}]")
 _ESCAPED_ASTRAL = re.compile(f"[{FORMAT_ASTRAL}\U000e0100-\U000e01ef]")
+# The "[" of what a Mistral tokenizer could take for a control token: an upper-case word in
+# brackets, possibly a closing one. Ordinary brackets ("[1]", "[note]") stay as they are.
+_CONTROL_WORD_OPEN = re.compile(r"\[(?=/?[A-Z][A-Z_]*\])")
 
 
 def _json_escape(match: re.Match[str]) -> str:
@@ -68,6 +76,8 @@ def _escape(body: str) -> str:
     for char in _ASCII_ESCAPED:
         if char in body:
             body = body.replace(char, f"\\u{ord(char):04x}")
+    if "[" in body:  # the regex only for text that has brackets at all
+        body = _CONTROL_WORD_OPEN.sub(r"\\u005b", body)
     if body.isascii():
         return body
     body = _ESCAPED_BMP.sub(_json_escape, body)
