@@ -168,6 +168,9 @@ class JudgeInfo(BaseModel):
     cost_usd: float = 0.0
     cached: bool = False
     escalated: bool = False
+    #: A cascade kept its first judge's unsure answer because the judge it escalates to
+    #: had reached its spend cap (the cascade decision ``capped``).
+    capped: bool = False
 
 
 class EvalResult(BaseModel):

@@ -86,8 +86,14 @@ async def test_a_capped_judge_publishes_error_results_and_the_worker_keeps_up(
                                        {"judge": "llm", "outcome": "capped"})
     fallbacks = registry.get_sample_value("evalstream_judge_escalations_total",
                                           {"judge": "cheap-first", "decision": "capped"}) or 0
-    # Every escalation the cap refused kept the builtin's answer (it is unsure on these).
+    # Every escalation the cap refused kept the builtin's answer (it is unsure on these),
+    # and each such result says so.
     assert fallbacks >= EVENTS - 2
+    kept = [r for r in cascade if r["judge"]["capped"]]
+    assert len(kept) == fallbacks
+    assert all(r["judge"]["backend"] == "builtin" and not r["judge"]["escalated"]
+               for r in kept)
+    assert not [r for r in llm if r["judge"] and r["judge"]["capped"]]
     assert capped == len(errors) + fallbacks
     assert registry.get_sample_value("evalstream_judge_spend_window_usd",
                                      {"judge": "llm"}) == pytest.approx(2.0)

@@ -90,6 +90,7 @@ async def test_confidence_at_the_threshold_stands(probs: dict[str, float],
     counts = decisions(metrics)
     assert counts[decision] == 1.0
     assert sum(counts.values()) == 1.0
+    assert answer.info.capped is False
     if decision == "answered":
         assert dict(answer.probabilities) == probs
         assert then.requests == []
@@ -121,6 +122,8 @@ async def test_a_capped_second_judge_leaves_the_first_judges_answer() -> None:
     assert then.tasks() == ["refusal"]  # it was asked, and refused
     assert dict(answer.probabilities) == {"yes": 0.6, "no": 0.4}
     assert answer.info.escalated is False
+    # The result says so: an unsure first answer kept for the cap, not a confident one.
+    assert answer.info.capped is True
     assert decisions(metrics) == {"answered": 0.0, "escalated": 0.0, "unsupported": 0.0,
                                   "capped": 1.0}
 

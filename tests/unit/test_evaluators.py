@@ -9,7 +9,7 @@ import pytest
 from evalstream.config import EvaluatorSpec
 from evalstream.errors import SkipEvaluation
 from evalstream.evaluators import registry
-from evalstream.evaluators.base import Evaluator
+from evalstream.evaluators.base import Evaluator, merge_judge_info
 from evalstream.events import JudgeInfo, Message, TraceEvent
 from tests.support.scripted_judge import ScriptedJudge
 
@@ -321,3 +321,15 @@ async def test_rag_context_stays_within_max_chars(name: str, chunks: int, size: 
     assert len(sent) <= 4000
     assert sent.startswith("chunk0 ")  # the first (most relevant) chunk is kept
     assert len(sent) > 3000  # and the budget is used, not wasted
+
+
+def test_merged_judge_info_keeps_the_cascade_markers() -> None:
+    """A score and its reason merged: either call's escalated/capped marker survives."""
+    plain, capped = JudgeInfo(backend="builtin"), JudgeInfo(backend="builtin", capped=True)
+    for first, second in ((plain, capped), (capped, plain)):
+        merged = merge_judge_info(first, second)
+        assert merged is not None
+        assert merged.capped is True
+    unmarked = merge_judge_info(plain, plain)
+    assert unmarked is not None
+    assert unmarked.capped is False

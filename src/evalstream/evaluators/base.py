@@ -126,6 +126,7 @@ def merge_judge_info(first: JudgeInfo | None, second: JudgeInfo | None) -> Judge
         "cost_usd": first.cost_usd + second.cost_usd,
         "cached": first.cached and second.cached,
         "escalated": first.escalated or second.escalated,
+        "capped": first.capped or second.capped,
     })
 
 

@@ -5,7 +5,8 @@ for two options, top minus runner-up otherwise) is at least ``min_confidence`` t
 stands, otherwise the request is escalated to the second judge. Tasks the first judge does
 not support go straight to the second. When the second judge refuses an escalation
 because its spend cap is reached (``JudgeSpendCapError``), the first judge's answer stands,
-unsure as it is: a cap should make evaluation cheaper, not stop it. Each decision is counted
+unsure as it is: a cap should make evaluation cheaper, not stop it; its ``JudgeInfo`` then
+says ``capped``, so a result tells such an answer from a confident one. Each decision is counted
 (``evalstream_judge_escalations_total{decision="answered|escalated|unsupported|capped"}``).
 """
 
@@ -64,7 +65,9 @@ class CascadeJudge(Judge):
                 except JudgeSpendCapError:
                     # The second judge sent nothing: keep the first judge's answer.
                     self._decisions["capped"].inc()
-                    return first
+                    return Judgement(probabilities=first.probabilities,
+                                     info=first.info.model_copy(update={"capped": True}),
+                                     rationale=first.rationale)
                 except BaseException:
                     self._decisions["escalated"].inc()  # escalated, then it failed
                     raise
