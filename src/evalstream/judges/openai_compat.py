@@ -5,16 +5,17 @@ closed question is one request with ``max_tokens`` 1, ``temperature`` 0 and top 
 the answer is the first token's distribution over the options (``logprobs.py``). Without
 logprobs the judge asks for a strict JSON answer.
 
-Every request goes through the same path (``_send``): circuit breaker (waits while open),
-rate limits (token buckets), a concurrency slot (``max_concurrency``), the HTTP call,
-classification of the outcome (the backend decides what is retryable: ``should_retry``),
-jittered backoff honouring ``Retry-After``. The caller's deadline (``deadline_s``) bounds
-all of it and turns into ``JudgeUnavailableError``, which the pipeline publishes as
-``status: error``.
+Every request goes through the same path (``openai_send.RequestSender.send``): circuit
+breaker (waits while open), rate limits (token buckets), a concurrency slot
+(``max_concurrency``), the HTTP call, classification of the outcome (the backend decides
+what is retryable: ``should_retry``), jittered backoff honouring ``Retry-After``. The
+caller's deadline (``deadline_s``) bounds all of it and turns into
+``JudgeUnavailableError``, which the pipeline publishes as ``status: error``.
 
 Spend cap (``spend_cap_usd``): every answered HTTP request adds its cost, from the token
-usage the endpoint reports and the configured prices (``_cost``, the same formula as the
-``evalstream_judge_cost_usd_total`` metric), to a rolling window (``spend.SpendWindow``).
+usage the endpoint reports and the configured prices (``RequestSender.cost``, the same
+formula as the ``evalstream_judge_cost_usd_total`` metric), to a rolling window
+(``spend.SpendWindow``).
 Before each request is sent, a window at or over the cap raises ``JudgeSpendCapError``
 and nothing is sent; cache hits still answer, they cost nothing. Requests already in
 flight when the cap is reached still complete and count, so the window may overshoot the
@@ -27,7 +28,8 @@ are the other credentials a judge may be given (``masked_dump`` hides them all):
 password in the ``base_url`` (and the Basic token made of it), and header and query values.
 
 The wire format itself (payloads per endpoint flavour, reading response and error bodies)
-lives in ``openai_wire.py``; this module is the client that sends it.
+lives in ``openai_wire.py``, sending it in ``openai_send.py``; this module asks the
+questions and reads the answers, with the cache and the deadline.
 """
 
 from __future__ import annotations
@@ -40,15 +42,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from evalstream.config.judges import OpenAIJudgeConfig
 from evalstream.errors import JudgeError, JudgeUnavailableError
 from evalstream.events import JudgeInfo, load_json
 from evalstream.judges.answers import parse_json_answer, unfence
 from evalstream.judges.base import GenerateRequest, Generation, Judge, Judgement, JudgeRequest
 from evalstream.judges.cache import TTLCache
-from evalstream.judges.http_pool import BodyTooLargeError, ShardedClients, post_bounded
 from evalstream.judges.logprobs import (
     MissingLogprobsError,
     OptionsNotFoundError,
@@ -56,24 +55,17 @@ from evalstream.judges.logprobs import (
     first_token_distribution,
     option_probabilities,
 )
+from evalstream.judges.openai_send import RequestSender
 from evalstream.judges.openai_wire import (
-    PATHS,
     LogprobsRejectedError,
     Usage,
     build_payload,
-    classify_response,
-    read_tokens,
     reading_response,
     response_text,
 )
 from evalstream.judges.prompt import generate_messages, judge_messages
 from evalstream.judges.registry import judge_backend
-from evalstream.judges.resilience import (
-    CircuitBreaker,
-    CircuitState,
-    TokenBucket,
-    backoff_delay,
-)
+from evalstream.judges.resilience import CircuitState
 from evalstream.judges.scrub import Scrubber
 from evalstream.judges.spend import SpendCap, SpendWindow
 from evalstream.logging import get_logger
@@ -97,19 +89,6 @@ class _Answer:
     value: Any = None
 
 
-def _backend_answered(error: JudgeError | None) -> bool:
-    """Whether an attempt's outcome counts for the backend's health (the circuit breaker).
-
-    Any HTTP error status below 500 (the retryable 4xx included) is an answer: the backend is up
-    and the request, or its rate, was at fault. No status (a timeout or a broken
-    connection), a 5xx, or a 2xx whose body is not JSON or is an error without an HTTP-like
-    code (``classify_response`` marks both status 200) counts against it.
-    """
-    if error is None:
-        return True
-    return error.status is not None and error.status != 200 and error.status < 500
-
-
 def _request_key(*parts: Any) -> str:
     blob = json.dumps(parts, ensure_ascii=False, sort_keys=True, default=str)
     return hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
@@ -130,26 +109,17 @@ class OpenAIJudge(Judge):
         self.name = name
         self.config = config
         self._metrics = metrics
-        self._secret = config.api_key.get_secret_value() if config.api_key else None
-        self._redact = Scrubber(config, self._secret)
-        headers = dict(config.headers)
-        if self._secret:
-            is_bearer = config.api_key_header.lower() == "authorization"
-            headers[config.api_key_header] = (f"Bearer {self._secret}" if is_bearer
-                                              else self._secret)
-        self._http = ShardedClients(config.base_url, headers=headers, params=config.query,
-                                    timeout_s=config.timeout_s,
-                                    max_connections=config.max_concurrency)
-        self._path = PATHS[config.api]
-        self._host = httpx.URL(config.base_url).host or "judge"
-        self._rps = (TokenBucket(config.requests_per_s, max(1.0, config.requests_per_s))
-                     if config.requests_per_s else None)
-        self._tpm = (TokenBucket(config.tokens_per_min / 60.0, float(config.tokens_per_min))
-                     if config.tokens_per_min else None)
-        state_gauge = metrics.judge_circuit_state.labels(name)
-        state_gauge.set(0)
-        self._breaker = CircuitBreaker(config.circuit_failures, config.circuit_reset_s,
-                                       on_change=lambda s: state_gauge.set(int(s)))
+        secret = config.api_key.get_secret_value() if config.api_key else None
+        self._redact = Scrubber(config, secret)
+        # Kept with or without a cap: the gauge then shows the spend a cap would see.
+        window = SpendWindow(config.spend_cap_window_s, clock=clock)
+        metrics.judge_spend_window.labels(name).set_function(window.total)
+        spend = SpendCap(name, config.spend_cap_usd, window,
+                         metrics.judge_requests.labels(name, "capped").inc)
+        self._sender = RequestSender(name, config, metrics, self._redact, spend,
+                                     self.should_retry)
+        self._host = self._sender.host
+        self._breaker = self._sender.breaker
         self._cache: TTLCache[_Answer] = TTLCache(config.cache_size, config.cache_ttl_s)
         self._use_logprobs = config.logprobs != "never"
         # Consecutive logprob responses that came without logprobs (auto mode).
@@ -157,13 +127,6 @@ class OpenAIJudge(Judge):
         # Option set -> whether its first generated token tells the options apart (option
         # sets come from the configuration, so this stays small).
         self._readable: dict[tuple[str, ...], bool] = {}
-        self._in_flight = metrics.judge_in_flight.labels(name)
-        self._in_flight.set(0)
-        # Kept with or without a cap: the gauge then shows the spend a cap would see.
-        window = SpendWindow(config.spend_cap_window_s, clock=clock)
-        metrics.judge_spend_window.labels(name).set_function(window.total)
-        self._spend = SpendCap(name, config.spend_cap_usd, window,
-                               metrics.judge_requests.labels(name, "capped").inc)
 
     # --- public API -------------------------------------------------------------------
 
@@ -201,7 +164,7 @@ class OpenAIJudge(Judge):
 
     async def aclose(self) -> None:
         """Close the HTTP clients (their pooled connections)."""
-        await self._http.aclose()
+        await self._sender.aclose()
 
     # --- caching and deadline ---------------------------------------------------------
 
@@ -230,12 +193,7 @@ class OpenAIJudge(Judge):
         return JudgeInfo(backend="openai", model=self.config.model, latency_ms=latency_ms,
                          requests=usage.requests, tokens_in=usage.tokens_in,
                          tokens_out=usage.tokens_out,
-                         cost_usd=self._cost(usage.tokens_in, usage.tokens_out))
-
-    def _cost(self, tokens_in: int, tokens_out: int) -> float:
-        """What the tokens cost in USD at the configured prices."""
-        return (tokens_in * self.config.price_input_per_1k
-                + tokens_out * self.config.price_output_per_1k) / 1000.0
+                         cost_usd=self._sender.cost(usage.tokens_in, usage.tokens_out))
 
     # --- question answering -----------------------------------------------------------
 
@@ -254,7 +212,7 @@ class OpenAIJudge(Judge):
         if self._use_logprobs and self._first_token_readable(request.options):
             messages = judge_messages(request, json_answer=False)
             try:
-                body = await self._send(self._payload(messages, max_tokens=1, logprobs=True),
+                body = await self._sender.send(self._payload(messages, max_tokens=1, logprobs=True),
                                         usage)
             except LogprobsRejectedError as exc:
                 # The endpoint rejects the logprobs parameters themselves (its 400 names
@@ -294,7 +252,7 @@ class OpenAIJudge(Judge):
 
     async def _judge_json(self, request: JudgeRequest, usage: Usage) -> _Answer:
         messages = judge_messages(request, json_answer=True)
-        body = await self._send(
+        body = await self._sender.send(
             self._payload(messages, max_tokens=self.config.json_max_tokens, logprobs=False),
             usage)
         with reading_response("answer", judge=self.name, host=self._host):
@@ -303,7 +261,7 @@ class OpenAIJudge(Judge):
 
     async def _generate(self, request: GenerateRequest, usage: Usage) -> _Answer:
         messages = generate_messages(request)
-        body = await self._send(
+        body = await self._sender.send(
             self._payload(messages, max_tokens=request.max_tokens, logprobs=False), usage)
         text = self._content(body).strip()
         value: Any = None
@@ -328,120 +286,6 @@ class OpenAIJudge(Judge):
         # A server may echo the key in its answer (a debugging proxy, a wrong base_url):
         # scrubbed here, it reaches neither an error message nor a result's reason.
         return self._redact(response_text(body, self.config.api, judge=self.name))
-
-    # --- one logical request with limits, breaker and retries ---------------------------
-
-    async def _send(self, payload: dict[str, Any], usage: Usage) -> Any:
-        # ~4 characters per token: only the tokens-per-minute bucket needs the estimate.
-        estimate = (len(json.dumps(payload, ensure_ascii=False)) // 4 + int(
-            payload.get("max_tokens") or payload.get("n_predict") or 1)
-            if self._tpm is not None else 0)
-        attempt = 0
-        while True:
-            # Before every request of the logical call (retries and fallbacks too), so a
-            # reached cap stops what is not sent yet.
-            self._spend.check()
-            probe = await self._breaker.acquire()
-            recorded = False
-            try:
-                if self._rps is not None:
-                    await self._rps.take(1.0)
-                if self._tpm is not None:
-                    await self._tpm.take(float(estimate))
-                attempt += 1
-                usage.requests += 1
-                body, error = await self._attempt(payload, usage)
-                # record() waits for the breaker's lock, so a deadline can cancel it too.
-                await self._breaker.record(_backend_answered(error), probe=probe)
-                recorded = True
-            finally:
-                if not recorded:
-                    # Ended without an outcome (cancelled, or an unexpected error): a
-                    # half-open probe that is never released keeps the breaker half-open,
-                    # and every later request waits for it until its deadline.
-                    await self._breaker.abandon(probe=probe)
-            if error is None:
-                self._metrics.judge_requests.labels(self.name, "ok").inc()
-                if self._tpm is not None and usage.tokens_in + usage.tokens_out > estimate:
-                    self._tpm.debit(usage.tokens_in + usage.tokens_out - estimate)
-                return body
-            usage.last_error = str(error)
-            if not self.should_retry(error) or attempt > self.config.max_retries:
-                self._metrics.judge_requests.labels(self.name, "error").inc()
-                final = f"{error} (after {attempt} attempt{'s' if attempt > 1 else ''})"
-                _log.error("judge_request_failed", judge=self.name, status=error.status,
-                           attempts=attempt, retryable=error.retryable)
-                # Same class as the attempt's error: _judge tells a rejection of the
-                # logprobs parameters from any other 400 by it.
-                raise type(error)(self._redact(final), retryable=error.retryable,
-                                  status=error.status, retry_after=error.retry_after)
-            outcome = "rate_limited" if error.status == 429 else "retry"
-            self._metrics.judge_requests.labels(self.name, outcome).inc()
-            delay = backoff_delay(attempt, self.config.backoff_base_s, self.config.backoff_max_s,
-                                  error.retry_after)
-            _log.warning("judge_request_retry", judge=self.name, status=error.status,
-                         attempt=attempt, delay_s=round(delay, 3))
-            await asyncio.sleep(delay)
-
-    async def _attempt(self, payload: dict[str, Any],
-                       usage: Usage) -> tuple[Any, JudgeError | None]:
-        """One HTTP exchange: (parsed body, None) or (None, classified error)."""
-        async with self._http.client() as client:
-            # Again once a connection slot is ours: while this request waited (breaker,
-            # rate limits, max_concurrency) others' answers may have reached the cap. So
-            # only the requests actually on the wire can overshoot it.
-            self._spend.check()
-            self._in_flight.inc()
-            start = time.perf_counter()
-            try:
-                response = await post_bounded(client, self._path, payload)
-            except BodyTooLargeError as exc:
-                # Like a 2xx body that is not JSON (a proxy's page, a crashing server):
-                # status 200 marks it for the breaker.
-                return None, JudgeError(
-                    f"judge {self.name!r}: response body of {exc} from {self._host}",
-                    retryable=True, status=200)
-            except httpx.TimeoutException as exc:
-                return None, JudgeError(
-                    f"judge {self.name!r}: {type(exc).__name__} after "
-                    f"{self.config.timeout_s:g}s talking to {self._host}", retryable=True)
-            except httpx.TransportError as exc:
-                return None, JudgeError(
-                    f"judge {self.name!r}: {type(exc).__name__} talking to {self._host}",
-                    retryable=True)
-            except httpx.RequestError as exc:
-                # The rest of httpx's request errors, e.g. DecodingError for a corrupt
-                # (gzip) body from a proxy: an unhealthy exchange, retried and counted by
-                # the breaker like a transport error, never escaping unclassified.
-                return None, JudgeError(
-                    f"judge {self.name!r}: {type(exc).__name__} from {self._host}",
-                    retryable=True)
-            finally:
-                self._in_flight.dec()
-                self._metrics.judge_latency.labels(self.name).observe(
-                    time.perf_counter() - start)
-        return self._classify(response, usage)
-
-    def _classify(self, response: httpx.Response,
-                  usage: Usage) -> tuple[Any, JudgeError | None]:
-        body, error = classify_response(response, judge=self.name, host=self._host,
-                                        redact=self._redact)
-        if error is None:
-            self._account(body, usage)
-        return body, error
-
-    def _account(self, body: Any, usage: Usage) -> None:
-        tokens_in, tokens_out = read_tokens(body)
-        usage.tokens_in += tokens_in
-        usage.tokens_out += tokens_out
-        if tokens_in:
-            self._metrics.judge_tokens.labels(self.name, "in").inc(tokens_in)
-        if tokens_out:
-            self._metrics.judge_tokens.labels(self.name, "out").inc(tokens_out)
-        cost = self._cost(tokens_in, tokens_out)
-        if cost:
-            self._metrics.judge_cost.labels(self.name).inc(cost)
-            self._spend.add(cost)
 
 
 @judge_backend("openai")

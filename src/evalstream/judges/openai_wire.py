@@ -5,8 +5,9 @@ endpoint flavours (``api``): OpenAI ``chat/completions``, legacy ``completions``
 llama.cpp's native ``completion``. It builds request payloads, reads the answer text and
 token usage out of response bodies, and interprets HTTP error bodies (the OpenAI-style
 ``error`` object, whether a 400 rejects the logprobs parameters, which statuses are worth
-retrying). It does no I/O and holds no state: the client (``openai_compat.py``) owns
-connections, retries, the circuit breaker, rate limits, caching and metrics.
+retrying). It does no I/O and holds no state: the client owns connections, retries, the
+circuit breaker, rate limits and metrics (``openai_send.py``), and caching
+(``openai_compat.py``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,233 @@
+"""One logical request to an OpenAI-compatible endpoint: limits, breaker and retries.
+
+Every request of an ``OpenAIJudge`` goes through :meth:`RequestSender.send`: the spend cap
+(refuses before anything is sent), the circuit breaker (waits while open), rate limits
+(token buckets), a concurrency slot (``max_concurrency``), the HTTP call, classification
+of the outcome (``openai_wire.classify_response``; the judge's ``should_retry`` decides
+what is retried), jittered backoff honouring ``Retry-After``. It accounts what each
+answered request cost (tokens, USD) to the metrics and the spend window. The caller's
+deadline (``asyncio.timeout`` around ``send``) bounds all of it.
+
+The API key lives only in the HTTP clients' default headers, and every error message is
+scrubbed of the judge's credentials (``scrub.Scrubber``) before it leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from evalstream.config.judges import OpenAIJudgeConfig
+from evalstream.errors import JudgeError
+from evalstream.judges.http_pool import BodyTooLargeError, ShardedClients, post_bounded
+from evalstream.judges.openai_wire import PATHS, Usage, classify_response, read_tokens
+from evalstream.judges.resilience import (
+    CircuitBreaker,
+    CircuitState,
+    TokenBucket,
+    backoff_delay,
+)
+from evalstream.judges.scrub import Scrubber
+from evalstream.judges.spend import SpendCap
+from evalstream.logging import get_logger
+from evalstream.metrics import Metrics
+
+__all__ = ["RequestSender"]
+
+# The judge's logger: these events are the judge's own (judge_request_retry/_failed).
+_log = get_logger("evalstream.judges.openai")
+
+
+def _backend_answered(error: JudgeError | None) -> bool:
+    """Whether an attempt's outcome counts for the backend's health (the circuit breaker).
+
+    Any HTTP error status below 500 (the retryable 4xx included) is an answer: the backend is up
+    and the request, or its rate, was at fault. No status (a timeout or a broken
+    connection), a 5xx, or a 2xx whose body is not JSON or is an error without an HTTP-like
+    code (``classify_response`` marks both status 200) counts against it.
+    """
+    if error is None:
+        return True
+    return error.status is not None and error.status != 200 and error.status < 500
+
+
+class RequestSender:
+    """Sends an OpenAI judge's requests: spend cap, breaker, rate limits, retries, accounting.
+
+    Args:
+        name: The judge's configured name (metrics label, messages).
+        config: Endpoint, credentials, limits, retries and prices.
+        metrics: The worker's metrics container.
+        redact: Scrubs the judge's credentials out of server text and messages.
+        spend: The judge's spend cap (checked before each request, fed each cost).
+        should_retry: Whether a failed attempt is worth retrying (the judge decides).
+    """
+
+    def __init__(self, name: str, config: OpenAIJudgeConfig, metrics: Metrics,
+                 redact: Scrubber, spend: SpendCap,
+                 should_retry: Callable[[JudgeError], bool]) -> None:
+        self.name = name
+        self.config = config
+        self._metrics = metrics
+        self._redact = redact
+        self._spend = spend
+        self._should_retry = should_retry
+        secret = config.api_key.get_secret_value() if config.api_key else None
+        headers = dict(config.headers)
+        if secret:
+            is_bearer = config.api_key_header.lower() == "authorization"
+            headers[config.api_key_header] = f"Bearer {secret}" if is_bearer else secret
+        self._http = ShardedClients(config.base_url, headers=headers, params=config.query,
+                                    timeout_s=config.timeout_s,
+                                    max_connections=config.max_concurrency)
+        self._path = PATHS[config.api]
+        #: The endpoint's host, for error messages.
+        self.host = httpx.URL(config.base_url).host or "judge"
+        self._rps = (TokenBucket(config.requests_per_s, max(1.0, config.requests_per_s))
+                     if config.requests_per_s else None)
+        self._tpm = (TokenBucket(config.tokens_per_min / 60.0, float(config.tokens_per_min))
+                     if config.tokens_per_min else None)
+        state_gauge = metrics.judge_circuit_state.labels(name)
+        state_gauge.set(0)
+        self.breaker = CircuitBreaker(config.circuit_failures, config.circuit_reset_s,
+                                      on_change=lambda s: state_gauge.set(int(s)))
+        self._in_flight = metrics.judge_in_flight.labels(name)
+        self._in_flight.set(0)
+
+    @property
+    def circuit_state(self) -> CircuitState:
+        """The breaker's state (closed / half-open / open)."""
+        return self.breaker.state
+
+    def cost(self, tokens_in: int, tokens_out: int) -> float:
+        """What the tokens cost in USD at the configured prices."""
+        return (tokens_in * self.config.price_input_per_1k
+                + tokens_out * self.config.price_output_per_1k) / 1000.0
+
+    async def aclose(self) -> None:
+        """Close the HTTP clients (their pooled connections)."""
+        await self._http.aclose()
+
+    async def send(self, payload: dict[str, Any], usage: Usage) -> Any:
+        """POST ``payload`` until it is answered, refused or out of retries; the body.
+
+        Raises:
+            JudgeError: a non-retryable failure or retries exhausted (the class of
+                the last attempt's error, e.g. ``LogprobsRejectedError``).
+            JudgeSpendCapError: the spend cap is reached; nothing more is sent.
+        """
+        # ~4 characters per token: only the tokens-per-minute bucket needs the estimate.
+        estimate = (len(json.dumps(payload, ensure_ascii=False)) // 4 + int(
+            payload.get("max_tokens") or payload.get("n_predict") or 1)
+            if self._tpm is not None else 0)
+        attempt = 0
+        while True:
+            # Before every request of the logical call (retries and fallbacks too), so a
+            # reached cap stops what is not sent yet.
+            self._spend.check()
+            probe = await self.breaker.acquire()
+            recorded = False
+            try:
+                if self._rps is not None:
+                    await self._rps.take(1.0)
+                if self._tpm is not None:
+                    await self._tpm.take(float(estimate))
+                attempt += 1
+                usage.requests += 1
+                body, error = await self._attempt(payload, usage)
+                # record() waits for the breaker's lock, so a deadline can cancel it too.
+                await self.breaker.record(_backend_answered(error), probe=probe)
+                recorded = True
+            finally:
+                if not recorded:
+                    # Ended without an outcome (cancelled, or an unexpected error): a
+                    # half-open probe that is never released keeps the breaker half-open,
+                    # and every later request waits for it until its deadline.
+                    await self.breaker.abandon(probe=probe)
+            if error is None:
+                self._metrics.judge_requests.labels(self.name, "ok").inc()
+                if self._tpm is not None and usage.tokens_in + usage.tokens_out > estimate:
+                    self._tpm.debit(usage.tokens_in + usage.tokens_out - estimate)
+                return body
+            usage.last_error = str(error)
+            if not self._should_retry(error) or attempt > self.config.max_retries:
+                self._metrics.judge_requests.labels(self.name, "error").inc()
+                final = f"{error} (after {attempt} attempt{'s' if attempt > 1 else ''})"
+                _log.error("judge_request_failed", judge=self.name, status=error.status,
+                           attempts=attempt, retryable=error.retryable)
+                # Same class as the attempt's error: _judge tells a rejection of the
+                # logprobs parameters from any other 400 by it.
+                raise type(error)(self._redact(final), retryable=error.retryable,
+                                  status=error.status, retry_after=error.retry_after)
+            outcome = "rate_limited" if error.status == 429 else "retry"
+            self._metrics.judge_requests.labels(self.name, outcome).inc()
+            delay = backoff_delay(attempt, self.config.backoff_base_s, self.config.backoff_max_s,
+                                  error.retry_after)
+            _log.warning("judge_request_retry", judge=self.name, status=error.status,
+                         attempt=attempt, delay_s=round(delay, 3))
+            await asyncio.sleep(delay)
+
+    async def _attempt(self, payload: dict[str, Any],
+                       usage: Usage) -> tuple[Any, JudgeError | None]:
+        """One HTTP exchange: (parsed body, None) or (None, classified error)."""
+        async with self._http.client() as client:
+            # Again once a connection slot is ours: while this request waited (breaker,
+            # rate limits, max_concurrency) others' answers may have reached the cap. So
+            # only the requests actually on the wire can overshoot it.
+            self._spend.check()
+            self._in_flight.inc()
+            start = time.perf_counter()
+            try:
+                response = await post_bounded(client, self._path, payload)
+            except BodyTooLargeError as exc:
+                # Like a 2xx body that is not JSON (a proxy's page, a crashing server):
+                # status 200 marks it for the breaker.
+                return None, JudgeError(
+                    f"judge {self.name!r}: response body of {exc} from {self.host}",
+                    retryable=True, status=200)
+            except httpx.TimeoutException as exc:
+                return None, JudgeError(
+                    f"judge {self.name!r}: {type(exc).__name__} after "
+                    f"{self.config.timeout_s:g}s talking to {self.host}", retryable=True)
+            except httpx.TransportError as exc:
+                return None, JudgeError(
+                    f"judge {self.name!r}: {type(exc).__name__} talking to {self.host}",
+                    retryable=True)
+            except httpx.RequestError as exc:
+                # The rest of httpx's request errors, e.g. DecodingError for a corrupt
+                # (gzip) body from a proxy: an unhealthy exchange, retried and counted by
+                # the breaker like a transport error, never escaping unclassified.
+                return None, JudgeError(
+                    f"judge {self.name!r}: {type(exc).__name__} from {self.host}",
+                    retryable=True)
+            finally:
+                self._in_flight.dec()
+                self._metrics.judge_latency.labels(self.name).observe(
+                    time.perf_counter() - start)
+        return self._classify(response, usage)
+
+    def _classify(self, response: httpx.Response,
+                  usage: Usage) -> tuple[Any, JudgeError | None]:
+        body, error = classify_response(response, judge=self.name, host=self.host,
+                                        redact=self._redact)
+        if error is None:
+            self._account(body, usage)
+        return body, error
+
+    def _account(self, body: Any, usage: Usage) -> None:
+        tokens_in, tokens_out = read_tokens(body)
+        usage.tokens_in += tokens_in
+        usage.tokens_out += tokens_out
+        if tokens_in:
+            self._metrics.judge_tokens.labels(self.name, "in").inc(tokens_in)
+        if tokens_out:
+            self._metrics.judge_tokens.labels(self.name, "out").inc(tokens_out)
+        cost = self.cost(tokens_in, tokens_out)
+        if cost:
+            self._metrics.judge_cost.labels(self.name).inc(cost)
+            self._spend.add(cost)
