@@ -131,7 +131,33 @@ def test_an_error_body_is_retryable_exactly_as_its_code_would_be(code: Any,
                                                                  retryable: bool) -> None:
     response = httpx.Response(200, content=json.dumps(error_body(code, "boom")).encode())
     body, error = classify_response(response, judge="j", host="h", redact=lambda s: s)
-    assert body is None
+    assert body == error_body(code, "boom")  # returned for its usage
     assert error is not None
     assert error.retryable is retryable
     assert "boom" in str(error)
+
+
+async def test_the_usage_an_error_body_reports_is_counted() -> None:
+    # A model that failed mid-generation may still have been billed for what it read and
+    # wrote: what the body reports counts towards the cost and the spend cap, as before
+    # such bodies were recognised as errors.
+    failures = iter([{**error_body(502, "Provider died mid-answer"),
+                      "usage": {"prompt_tokens": 1000, "completion_tokens": 500}}])
+
+    def script(body: Any) -> Reply | None:
+        failure = next(failures, None)
+        return reply(200, failure) if failure else None
+
+    metrics = Metrics()
+    async with scripted(script) as server:
+        judge = make_judge(server, metrics, price_input_per_1k=1.0, price_output_per_1k=2.0)
+        answer = await judge.judge(question())
+        await judge.aclose()
+    answered = server.posts[1]
+    answered_in = max(1, len(json.dumps(answered.body)) // 4)  # what the fake server reports
+    assert answer.info.requests == 2
+    assert answer.info.tokens_in == 1000 + answered_in
+    assert answer.info.tokens_out == 500 + 1
+    cost = metrics.registry.get_sample_value("evalstream_judge_cost_usd_total",
+                                             {"judge": "llm"})
+    assert cost == pytest.approx(((1000 + answered_in) * 1.0 + 501 * 2.0) / 1000)

@@ -174,7 +174,7 @@ class RequestSender:
 
     async def _attempt(self, payload: dict[str, Any],
                        usage: Usage) -> tuple[Any, JudgeError | None]:
-        """One HTTP exchange: (parsed body, None) or (None, classified error)."""
+        """One HTTP exchange: (parsed body, None) or (body if any, classified error)."""
         async with self._http.client() as client:
             # Again once a connection slot is ours: while this request waited (breaker,
             # rate limits, max_concurrency) others' answers may have reached the cap. So
@@ -215,7 +215,8 @@ class RequestSender:
                   usage: Usage) -> tuple[Any, JudgeError | None]:
         body, error = classify_response(response, judge=self.name, host=self.host,
                                         redact=self._redact)
-        if error is None:
+        if body is not None:
+            # Answers, and 2xx error bodies: a model that failed mid-answer may be billed.
             self._account(body, usage)
         return body, error
 

@@ -203,7 +203,7 @@ class LogprobsRejectedError(JudgeError):
 
 def classify_response(response: httpx.Response, *, judge: str, host: str,
                       redact: Callable[[str], str]) -> tuple[Any, JudgeError | None]:
-    """Read one HTTP response: (parsed body, None) or (None, classified error).
+    """Read one HTTP response: (parsed body, None) or (parsed body or None, classified error).
 
     Args:
         response: The endpoint's response.
@@ -216,7 +216,7 @@ def classify_response(response: httpx.Response, *, judge: str, host: str,
         whether it is retryable (408, 409, 425, 429, 5xx and a non-JSON 2xx body) and
         carries the status and ``Retry-After``. A 400 that names the logprobs parameters is a
         ``LogprobsRejectedError``. A 2xx body that is an error object is an error too (see
-        ``_error_in_body``).
+        ``_error_in_body``), returned with its body: the usage it reports still cost money.
     """
     status = response.status_code
     if 200 <= status < 300:
@@ -227,7 +227,7 @@ def classify_response(response: httpx.Response, *, judge: str, host: str,
             return None, JudgeError(f"judge {judge!r}: HTTP {status} with a non-JSON "
                                     f"body from {host}", retryable=True, status=200)
         error = _error_in_body(body, response, judge=judge, host=host, redact=redact)
-        return (None, error) if error is not None else (body, None)
+        return body, error
     retry_after = parse_retry_after(response.headers.get("retry-after"))
     detail = _error_detail(_error_fields(response), redact)
     if _retryable_status(status):
