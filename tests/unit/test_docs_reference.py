@@ -1,0 +1,197 @@
+"""The configuration and metrics references cannot drift from the code.
+
+``config/evalstream.example.yaml`` is the configuration reference (the README sends users
+there): every setting the ``Settings`` models accept appears in it, set or as a commented
+example, every key it shows (commented ones included, since users uncomment them) is a real
+setting, and the values it sets are the defaults.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Union, get_args, get_origin
+
+import pytest
+import yaml
+from pydantic import BaseModel, TypeAdapter
+
+from evalstream.config import (
+    BuiltinJudgeConfig,
+    InputTopic,
+    JudgeConfig,
+    LoggingSettings,
+    ResultSettings,
+    ServerSettings,
+    Settings,
+    WorkerSettings,
+)
+from evalstream.config.drift import DriftSettings
+from evalstream.config.kafka import KafkaSettings, TopicSettings
+from evalstream.config.routes import SamplingSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "config" / "evalstream.example.yaml"
+
+#: Settings that must never be written in the file (loading refuses them): documented by
+#: their dotted name in the example's header instead of as a key.
+SECRETS = {"kafka.sasl_password": "kafka.sasl_password",
+           "judges.openai.api_key": "judges.*.api_key"}
+
+#: Settings shown as the alternative to another key, in that key's comment.
+ALTERNATIVES = {"judges.openai.api_key_file": "# or api_key_file: "}
+
+#: Keys of a commented example judge that name what the user must choose, not a default.
+CHOSEN = {"type", "base_url", "model", "api_key_env", "api_key_file", "headers", "query",
+          "first", "then"}
+
+#: A commented key line: `  # key: value` inside a section, or `#  key: value` (two or more
+#: spaces) at the margin, as the commented judges are written. Prose says `# Word: ...`.
+_KEY = r"(?:- )?[A-Za-z_][\w-]*:(?:\s.*)?"
+_INDENTED = re.compile(rf"(\s+)# (\s*{_KEY})")
+_MARGIN = re.compile(rf"#(  +{_KEY})")
+
+
+def _uncommented(text: str) -> str:
+    """The example with its commented example keys uncommented (prose stays comments)."""
+    lines = []
+    for line in text.splitlines():
+        if m := _INDENTED.fullmatch(line):
+            line = m.group(1) + m.group(2)
+        elif m := _MARGIN.fullmatch(line):
+            line = m.group(1)
+        lines.append(line)
+    # `judges: {}` followed by (now uncommented) entries: the entries are its value.
+    return re.sub(r"^(\S+:) (?:\{\}|\[\])[^\n]*\n(?=\s)", r"\1\n", "\n".join(lines), flags=re.M)
+
+
+def _models(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models a field's annotation holds (through Optional, list, dict, unions)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _models(get_args(annotation)[0])
+    if origin in (list, dict, Union, types.UnionType):
+        args = get_args(annotation)
+        inner = args[1:] if origin is dict else args
+        return [m for arg in inner for m in _models(arg)]
+    return []
+
+
+def _segment(name: str, model: type[BaseModel], several: bool) -> str:
+    """A path segment; a judge model is named by its ``type`` (judges.openai.base_url)."""
+    if several:
+        return f"{name}.{model.model_fields['type'].default}"
+    return name
+
+
+def _setting_paths(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
+    """Every setting's dotted path; lists and dicts of models are transparent."""
+    for name, field in model.model_fields.items():
+        path = f"{prefix}{name}"
+        yield path
+        subs = _models(field.annotation)
+        for sub in subs:
+            if sub is BuiltinJudgeConfig:
+                continue  # always there, nothing to set: `type: builtin` is all it has
+            yield from _setting_paths(sub, f"{prefix}{_segment(name, sub, len(subs) > 1)}.")
+
+
+def _shown_paths(model: type[BaseModel], value: Any, prefix: str = "") -> Iterator[str]:
+    """The dotted paths of the keys in ``value`` (an example section), checked as it goes."""
+    assert isinstance(value, dict), f"{prefix or 'the example'}: expected a mapping"
+    for key, item in value.items():
+        assert key in set(model.model_fields), f"the example shows {prefix}{key}: not a setting"
+        path = f"{prefix}{key}"
+        yield path
+        subs = _models(model.model_fields[key].annotation)
+        if not subs or item is None:
+            continue
+        annotation = model.model_fields[key].annotation
+        if get_origin(annotation) is dict and len(subs) > 1:  # judges: by their type
+            for entry in item.values():
+                sub = next(s for s in subs if s.model_fields["type"].default == entry["type"])
+                yield from _shown_paths(sub, entry, f"{prefix}{_segment(key, sub, True)}.")
+        elif isinstance(item, list):
+            for entry in item:
+                yield from _shown_paths(subs[0], entry, f"{path}.")
+        elif get_origin(annotation) is dict:
+            for entry in item.values():
+                yield from _shown_paths(subs[0], entry, f"{path}.")
+        else:
+            yield from _shown_paths(subs[0], item, f"{path}.")
+
+
+def _example() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(_uncommented(EXAMPLE.read_text("utf-8")))
+    return data
+
+
+def test_every_setting_is_in_the_example_config() -> None:
+    shown = set(_shown_paths(Settings, _example()))
+    text = EXAMPLE.read_text("utf-8")
+    missing = []
+    for path in _setting_paths(Settings):
+        if path in SECRETS:
+            assert SECRETS[path] in text, f"the example should say {SECRETS[path]} is refused"
+        elif path in ALTERNATIVES:
+            assert ALTERNATIVES[path] in text, f"{path} is not shown as an alternative"
+        elif path not in shown:
+            missing.append(path)
+    assert not missing, f"settings missing from {EXAMPLE.name}: {missing}"
+
+
+def test_the_uncommenting_sees_the_commented_examples() -> None:
+    # Guards the test above: the commented judges, SASL/TLS keys and OTLP input are read.
+    shown = set(_shown_paths(Settings, _example()))
+    assert {"judges.openai.spend_cap_usd", "judges.cascade.min_confidence",
+            "kafka.ssl_cafile", "inputs.attribute_map", "routes.match.topic"} <= shown
+    assert _uncommented("  # Flat JSON: prose\n# Deterministic: prose") == (
+        "  # Flat JSON: prose\n# Deterministic: prose")
+
+
+def test_commented_examples_are_valid_settings() -> None:
+    example = _example()
+    judges = TypeAdapter(dict[str, JudgeConfig]).validate_python(example["judges"])
+    assert {"gpt", "cheap-first", "azure", "local"} <= set(judges)
+    for item in example["inputs"]:
+        InputTopic.model_validate(item)
+
+
+@pytest.mark.parametrize(("section", "model"), [
+    ("kafka", KafkaSettings), ("topics", TopicSettings), ("sampling", SamplingSettings),
+    ("worker", WorkerSettings), ("server", ServerSettings), ("drift", DriftSettings),
+    ("results", ResultSettings), ("logging", LoggingSettings),
+])
+def test_example_values_are_the_defaults(section: str, model: type[BaseModel]) -> None:
+    # The file as shipped (nothing uncommented): a user reads its values as the defaults.
+    shipped = yaml.safe_load(EXAMPLE.read_text("utf-8"))[section]
+    default = model()
+    wrong = {key: value for key, value in shipped.items()
+             if model.model_validate({key: value}) != default}
+    assert not wrong, f"{section}: the example shows non-default values {wrong}"
+
+
+def test_example_judge_values_say_their_default() -> None:
+    """A commented judge option shown with a value other than its default says the default."""
+    defaults = {m.model_fields["type"].default: m for m in _models(JudgeConfig)}
+    lines = EXAMPLE.read_text("utf-8").splitlines()
+    judges = _example()["judges"]
+    undocumented = []
+    for name, judge in judges.items():
+        model = defaults[judge["type"]]
+        for key, value in judge.items():
+            field = model.model_fields[key]
+            if key in CHOSEN or field.is_required():
+                continue
+            if TypeAdapter(field.annotation).validate_python(value) == field.get_default(
+                    call_default_factory=True):
+                continue
+            line = next(line for line in lines if re.match(rf"#\s+{key}:", line)
+                        and str(value) in line.replace('"', ""))
+            if "default" not in line:
+                undocumented.append(f"judges.{name}.{key}")
+    assert not undocumented, f"show the default next to: {undocumented}"
