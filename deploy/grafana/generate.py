@@ -133,7 +133,7 @@ def build() -> dict[str, object]:
 
     board = board.with_row(dash.Row("Volume"))
     board = board.with_panel(_ts(
-        "Evaluations per second by outcome", "passed, failed, error, skipped.", "ops",
+        "Evaluations per second by outcome", "passed, failed, labelled, error, skipped.", "ops",
         _q(f"sum by (route, evaluator, outcome) "
            f"(rate(evalstream_evaluations_total{{{SEL}}}[{RATE}]))",
            "{{route}} / {{evaluator}} {{outcome}}")))

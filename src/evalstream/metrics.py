@@ -74,7 +74,7 @@ class Metrics:
             registry=r)
         self.evaluations = Counter(
             "evalstream_evaluations_total",
-            "Evaluations by outcome (passed, failed, error, skipped).",
+            "Evaluations by outcome (passed, failed, labelled, error, skipped).",
             ["route", "evaluator", "outcome"], registry=r)
         self.evaluations_weighted = Counter(
             "evalstream_evaluations_weighted_total",

@@ -3,7 +3,8 @@
 ``config/evalstream.example.yaml`` is the configuration reference (the README sends users
 there): every setting the ``Settings`` models accept appears in it, set or as a commented
 example, every key it shows (commented ones included, since users uncomment them) is a real
-setting, and the values it sets are the defaults.
+setting, and the values it sets are the defaults. The README's metrics table lists exactly
+the metrics ``evalstream.metrics`` exports.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 import pytest
 import yaml
+from prometheus_client import Counter, Gauge, Histogram, Info
 from pydantic import BaseModel, TypeAdapter
 
 from evalstream.config import (
@@ -31,9 +33,11 @@ from evalstream.config import (
 from evalstream.config.drift import DriftSettings
 from evalstream.config.kafka import KafkaSettings, TopicSettings
 from evalstream.config.routes import SamplingSettings
+from evalstream.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "config" / "evalstream.example.yaml"
+README = ROOT / "README.md"
 
 #: Settings that must never be written in the file (loading refuses them): documented by
 #: their dotted name in the example's header instead of as a key.
@@ -195,3 +199,44 @@ def test_example_judge_values_say_their_default() -> None:
             if "default" not in line:
                 undocumented.append(f"judges.{name}.{key}")
     assert not undocumented, f"show the default next to: {undocumented}"
+
+
+def _exported_metrics() -> set[str]:
+    names = set()
+    for collector in vars(Metrics()).values():
+        if not isinstance(collector, Counter | Gauge | Histogram | Info):
+            continue
+        name = collector._name  # prometheus_client strips _total / _info from it
+        if isinstance(collector, Counter):
+            name += "_total"
+        elif isinstance(collector, Info):
+            name += "_info"
+        names.add(name)
+    return names
+
+
+def _readme_metrics_table() -> dict[str, list[str]]:
+    rows = re.findall(r"^\| `(evalstream_\w+)` \| (\w+) \|([^|]*)\|", README.read_text("utf-8"),
+                      flags=re.M)
+    return {name: [label.strip() for label in labels.split(",") if label.strip()]
+            for name, _type, labels in rows}
+
+
+def test_readme_lists_every_metric_with_its_labels() -> None:
+    table = _readme_metrics_table()
+    exported = _exported_metrics()
+    assert set(table) == exported, (
+        f"missing from the README: {sorted(exported - set(table))}; "
+        f"not exported: {sorted(set(table) - exported)}")
+    for collector in vars(Metrics()).values():
+        if isinstance(collector, Counter | Gauge | Histogram):
+            name = collector._name + ("_total" if isinstance(collector, Counter) else "")
+            assert table[name] == list(collector._labelnames), name
+
+
+def test_readme_names_only_exported_metrics() -> None:
+    exported = _exported_metrics()
+    samples = {f"{n}{s}" for n in exported for s in ("", "_bucket", "_sum", "_count")}
+    for text in (README.read_text("utf-8"), EXAMPLE.read_text("utf-8")):
+        for name in re.findall(r"\bevalstream_[a-z0-9_]+", text):
+            assert name in samples, f"{name} is named in the docs but not exported"
