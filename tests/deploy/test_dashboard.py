@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from evalstream.metrics import Metrics
-from tests.deploy.test_prometheus_rules import SELECTOR, metric_labels
+from tests.deploy.test_prometheus_rules import RECORDED, SELECTOR, metric_labels, recorded_names
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "evalstream.json"
@@ -140,3 +140,26 @@ def test_dashboard_uses_only_exported_metrics_and_labels() -> None:
                 assert name in exported, f"{title}: {name}"
                 used = set(re.findall(r"([a-zA-Z_]\w*)\s*[=!]~?", matchers))
                 assert used <= exported[name], (title, name, used - exported[name])
+
+
+def test_dashboard_reads_only_recorded_series() -> None:
+    """Panels on cluster-wide rates read recording rules: each must be one the shipped rules
+    record, or the panel shows "No data" for good."""
+    recorded = recorded_names()
+    used = {name for queries in exprs(load()).values() for query in queries
+            for name in RECORDED.findall(query)}
+    assert used, "the pass-rate panels read recorded series"
+    assert used <= recorded, sorted(used - recorded)
+
+
+def test_template_variables_query_exported_metrics() -> None:
+    exported = metric_labels()
+    templating = load()["templating"]
+    assert isinstance(templating, dict)
+    for variable in templating["list"]:
+        if variable["type"] != "query":
+            continue
+        metric, label = re.fullmatch(r"label_values\((\w+)(?:\{[^}]*\})?, (\w+)\)",
+                                     variable["query"]).groups()
+        assert metric in exported, (variable["name"], metric)
+        assert label in exported[metric], (variable["name"], label)

@@ -161,3 +161,23 @@ def test_every_alert_is_labelled_and_explained() -> None:
 def test_helm_chart_ships_the_same_rules() -> None:
     assert HELM_RULES.read_bytes() == RULES.read_bytes(), (
         "helm/evalstream/files/prometheus-rules.yaml is stale: run deploy/grafana/generate.py")
+
+
+#: A recorded series' name: level:metric:operations (the rules' naming convention).
+RECORDED = re.compile(r"\b[a-z_]+:evalstream_[a-z0-9_]+:[a-z0-9_]+\b")
+
+
+def recorded_names() -> set[str]:
+    doc = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+    return {r["record"] for g in doc["groups"] for r in g["rules"] if "record" in r}
+
+
+def test_rules_read_only_recorded_series() -> None:
+    """The per-replica metrics are checked above; a recorded series an alert reads must be
+    recorded here too, or the alert silently never fires."""
+    recorded = recorded_names()
+    doc = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+    used = {name for g in doc["groups"] for r in g["rules"]
+            for name in RECORDED.findall(str(r["expr"]))}
+    assert used, "the alerts read recorded series"
+    assert used <= recorded, sorted(used - recorded)
