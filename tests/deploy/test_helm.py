@@ -259,17 +259,49 @@ def test_credentials_come_only_from_existing_secrets(all_on_docs: list[Manifest]
         ({"autoscaling": {"keda": {"tls": {"ca": {"name": "ca"}}}}}, "additional properties"),
         ({"prometheusRule": {"enabled": True, "topicEvaluator": 'topic"} or vector(1)'}},
          "topicEvaluator"),
+        # Misspelt keys: ignored before, so the user silently got no ServiceMonitor/PDB.
+        ({"serviceMonitor": {"enable": True}}, "'enable' not allowed"),
+        ({"podDisruptionBudget": {"enable": True}}, "'enable' not allowed"),
+        ({"replicacount": 3}, "'replicacount' not allowed"),
     ],
     ids=["sasl-password-in-values", "api-key-env-without-secret", "api-key-in-values",
          "sasl-without-secret", "keda-and-hpa", "grace-below-drain", "schema-type",
          "schema-secret-ref", "server-loopback", "server-hostname", "keda-scale-to-zero",
          "keda-min-above-cap", "hpa-min-above-cap", "keda-private-ca-without-ca",
          "keda-mtls-without-cert", "keda-cert-without-key", "keda-tls-without-ssl",
-         "keda-without-inputs", "schema-keda-tls", "schema-topic-evaluator"],
+         "keda-without-inputs", "schema-keda-tls", "schema-topic-evaluator",
+         "typo-service-monitor", "typo-pdb", "typo-top-level"],
 )
 def test_dangerous_values_fail_to_render(values: dict[str, Any], message: str) -> None:
     with pytest.raises(helm.HelmError, match=message):
         render(values)
+
+
+def _undeclared(schema: dict[str, Any], values: Any, path: str = "") -> list[str]:
+    """Keys of ``values`` the schema does not declare, where it lists properties."""
+    if not isinstance(values, dict) or "properties" not in schema:
+        return []
+    out = []
+    for key, value in values.items():
+        if key not in schema["properties"]:
+            out.append(f"{path}{key}")
+        else:
+            out += _undeclared(schema["properties"][key], value, f"{path}{key}.")
+    return out
+
+
+def test_schema_declares_every_value_and_refuses_unknown_top_level_keys() -> None:
+    # With additionalProperties: false a value missing from the schema would fail every
+    # install; a schema open at the top would let misspelt keys pass silently.
+    schema = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))
+    values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
+    assert _undeclared(schema, values) == []
+    assert _undeclared(schema, ALL_ON) == []
+    assert schema["additionalProperties"] is False
+    chart_owned = [k for k, v in schema["properties"].items()
+                   if v.get("type") == "object" and "properties" in v]
+    assert {"image", "service", "serviceMonitor", "autoscaling"} <= set(chart_owned)
+    assert all(schema["properties"][k]["additionalProperties"] is False for k in chart_owned)
 
 
 # --- observability and scaling add-ons ------------------------------------------------------
