@@ -240,3 +240,14 @@ def test_readme_names_only_exported_metrics() -> None:
     for text in (README.read_text("utf-8"), EXAMPLE.read_text("utf-8")):
         for name in re.findall(r"\bevalstream_[a-z0-9_]+", text):
             assert name in samples, f"{name} is named in the docs but not exported"
+
+
+def test_alerts_named_in_the_docs_exist() -> None:
+    rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "rules.yaml").read_text("utf-8"))
+    alerts = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    docs = [README, ROOT / "helm" / "evalstream" / "README.md",
+            ROOT / "helm" / "evalstream" / "values.yaml", ROOT / "docs" / "evaluation.md"]
+    named = {name for path in docs
+             for name in re.findall(r"\bEvalstream[A-Z]\w+", path.read_text("utf-8"))}
+    assert named, "the docs name alerts"
+    assert named <= alerts, sorted(named - alerts)
