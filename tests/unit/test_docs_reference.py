@@ -251,3 +251,14 @@ def test_alerts_named_in_the_docs_exist() -> None:
              for name in re.findall(r"\bEvalstream[A-Z]\w+", path.read_text("utf-8"))}
     assert named, "the docs name alerts"
     assert named <= alerts, sorted(named - alerts)
+
+
+def test_readme_command_table_lists_every_command() -> None:
+    import argparse
+
+    from evalstream.cli import _parser
+
+    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    table = set(re.findall(r"^\| `evalstream ([a-z-]+)", README.read_text("utf-8"), flags=re.M))
+    assert table == set(sub.choices), (sorted(set(sub.choices) - table),
+                                       sorted(table - set(sub.choices)))
