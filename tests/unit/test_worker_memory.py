@@ -500,3 +500,23 @@ async def test_content_is_logged_only_when_asked() -> None:
             await until(lambda: len(sink.results) == 1)
     (failed,) = [entry for entry in logs if entry["event"] == "evaluator_failed"]
     assert failed["output"] == "boom"
+
+
+async def test_messages_without_work_behind_a_slow_evaluation_take_no_memory_each() -> None:
+    # One evaluation runs for seconds (a slow judge) while intake goes on with messages no
+    # route takes. Each used to stay tracked, one offset entry apiece, until the slow one
+    # finished: with a judge stuck up to its deadline, memory grew with traffic.
+    n = 3000
+    records = [raw(0, "sleep:2", app="a")] + [raw(i, app="b") for i in range(1, n + 1)]
+    worker, source, sink = build(records, routes=[{
+        "name": "main", "match": {"app": ["a"]},
+        "evaluators": [{"evaluator": "unit_scripted"}]}])
+    async with started(worker):
+        await until(lambda: metric(worker, "evalstream_events_skipped_total",
+                                   reason="no_route") == n)
+        assert worker.in_flight == 1
+        part = worker.tracker._parts[TP0]
+        assert (len(part.order), len(part.remaining)) == (1, 1)  # was n + 1 each
+        assert source.committed.get(TP0, 0) == 0  # offset 0 still holds the commits
+        await until(lambda: source.committed.get(TP0) == n + 1)
+    assert [r.event_id for r in sink.results] == ["e0"]

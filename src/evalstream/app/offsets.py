@@ -78,7 +78,10 @@ class OffsetTracker:
         if part is None:
             return None
         part.end = offset + 1
-        if pending <= 0 and not part.order:
+        if pending <= 0:
+            # Complete already: ``end`` covers it once the offsets before it are done. Kept
+            # in ``order`` behind a slow evaluation, such offsets piled up one entry each
+            # for as long as it ran (intake goes on while slots are free).
             return part
         part.order.append(offset)
         part.remaining[offset] = pending
