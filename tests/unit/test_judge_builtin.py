@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+from collections.abc import Callable
+
 import pytest
 
 from evalstream.errors import JudgeUnsupportedError
 from evalstream.judges.base import GenerateRequest, JudgeRequest
 from evalstream.judges.builtin import BuiltinJudge
-from evalstream.judges.builtin.role import parse_rules
+from evalstream.judges.builtin.role import parse_rules, role_conformance
+from evalstream.judges.builtin.topic import score_topic, score_topic_adherence
 from evalstream.judges.scoring import scale_mean
 
 JUDGE = BuiltinJudge()
@@ -155,3 +160,30 @@ async def test_generate_tasks() -> None:
     assert "opens with" in reason.text
     with pytest.raises(JudgeUnsupportedError):
         await JUDGE.generate(GenerateRequest(task="poem", instructions=""))
+
+
+def _retained_bytes(score: Callable[[str], object], tag: str) -> int:
+    """Memory still held after scoring 25 unique texts of ~23 kB each."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(25):
+            score(f"{tag} event {i}: " + "the invoice was paid twice, please refund it. " * 500)
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize(("tag", "score"), [
+    ("adherence", lambda text: score_topic_adherence(text, "billing", text[:300], text)),
+    ("topic", lambda text: score_topic(text, {"billing": "invoices, refunds"})),
+    ("role", lambda text: role_conformance("ok", "Answer in uppercase only.",
+                                           system_prompt=text)),
+])
+def test_unique_content_is_not_kept_by_the_builtin_caches(
+        tag: str, score: Callable[[str], object]) -> None:
+    # The caches were keyed by whole texts (outputs, conversations, system prompts): every
+    # unique one stayed, up to 4096 x max_message_bytes. Was ~600 kB here; now < 100 kB.
+    assert _retained_bytes(score, tag) < 100_000
