@@ -520,3 +520,56 @@ async def test_messages_without_work_behind_a_slow_evaluation_take_no_memory_eac
         assert source.committed.get(TP0, 0) == 0  # offset 0 still holds the commits
         await until(lambda: source.committed.get(TP0) == n + 1)
     assert [r.event_id for r in sink.results] == ["e0"]
+
+
+def _varied(i: int) -> RawRecord:
+    """Message ``i``: unique ids, app, session and attribute values; a content-made skip
+    reason, an unknown label or a malformed message now and then."""
+    kind = i % 7
+    if kind == 6:
+        return RawRecord("traces", 0, i, b"{oops" if i % 2 else b"[]")
+    output = ("ok", "fail", f"skip:reason_{i}", "bill me", f"surprise {i}", "ok")[kind]
+    return raw(i, output, app=f"app-{i}", session_id=f"s-{i}",
+               attributes={"user": f"u-{i}", f"k{i % 97}": f"v-{i}"})
+
+
+def _series(worker: Worker) -> int:
+    return sum(len(family.samples) for family in worker.metrics.registry.collect())
+
+
+async def test_nothing_grows_with_varied_traffic_or_rebalances() -> None:
+    # What a soak would show, in miniature: after a first round has produced every kind of
+    # outcome, a second round of new ids, apps, attribute values, skip reasons and labels
+    # (and a revoke/assign cycle) adds no series and leaves no per-message state behind.
+    worker, source, _ = build(
+        [_varied(i) for i in range(400)],
+        routes=[{"name": "main", "evaluators": [{"evaluator": "unit_scripted"},
+                                                {"evaluator": "unit_labels"}]}],
+        drift={"enabled": True, "tick_s": 0.02, "windows_s": [60], "bucket_s": 10,
+               "watch_labels": {"unit_labels": "other"}},
+        worker={"commit_interval_s": 0.02})
+    monitor = worker.observers[-1]
+
+    def sizes() -> tuple[int, ...]:
+        engine = monitor.engine  # type: ignore[attr-defined]
+        return (_series(worker), len(worker._tasks), worker.tracker.pending(),
+                len(worker.tracker._parts[TP0].remaining), len(engine._keys),
+                len(worker.pipeline._skip_counters))
+
+    async with started(worker):
+        await until(lambda: source.committed.get(TP0) == 400)
+        await until(lambda: metric(worker, "evalstream_pass_rate_samples", route="main",
+                                   evaluator="unit_scripted", window="1m") > 0)
+        await asyncio.sleep(0.1)  # a few more monitor ticks and lag refreshes
+        first = sizes()
+        await source.revoke([TP0])
+        await worker.on_assigned([TP0])
+        for i in range(400, 1600):
+            source.add(_varied(i))
+        await until(lambda: source.committed.get(TP0) == 1600)
+        await asyncio.sleep(0.1)
+        assert sizes() == first
+    assert first[1:4] == (0, 0, 0)
+    assert first[5] == 33  # 32 distinct content-made reasons + "other" (then no more)
+    assert metric(worker, "evalstream_labels_total", route="main", evaluator="unit_labels",
+                  label="other") > 0
