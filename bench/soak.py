@@ -223,6 +223,7 @@ class Sample:
     series: int
     consumed: float
     published: float
+    dead_letters: float
     cpu_s: float
 
 
@@ -233,21 +234,27 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def scrape(client: httpx.Client, port: int) -> tuple[int, float, float]:
-    """(series, messages consumed, results published) from the whole exposition."""
-    text = client.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+_COUNTED = ("evalstream_messages_consumed_total", "evalstream_results_published_total",
+            "evalstream_dead_letters_total")
+
+
+def count_series(text: str) -> tuple[int, list[float]]:
+    """(series, the ``_COUNTED`` totals) of a Prometheus exposition."""
     series = 0
-    consumed = published = 0.0
+    totals = [0.0] * len(_COUNTED)
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
         series += 1
         name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name == "evalstream_messages_consumed_total":
-            consumed += float(line.rsplit(" ", 1)[1])
-        elif name == "evalstream_results_published_total":
-            published += float(line.rsplit(" ", 1)[1])
-    return series, consumed, published
+        if name in _COUNTED:
+            totals[_COUNTED.index(name)] += float(line.rsplit(" ", 1)[1])
+    return series, totals
+
+
+def scrape(client: httpx.Client, port: int) -> tuple[int, list[float]]:
+    """:func:`count_series` of the worker's whole ``/metrics``."""
+    return count_series(client.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)
 
 
 async def sample(pid: int, port: int, interval: float, stop: asyncio.Event,
@@ -256,9 +263,9 @@ async def sample(pid: int, port: int, interval: float, stop: asyncio.Event,
     with httpx.Client() as client:
         while not stop.is_set():
             try:
-                series, consumed, published = await asyncio.to_thread(scrape, client, port)
-                out.append(Sample(time.monotonic() - started, rss_mb(pid), series, consumed,
-                                  published, cpu_seconds(pid)))
+                series, totals = await asyncio.to_thread(scrape, client, port)
+                out.append(Sample(time.monotonic() - started, rss_mb(pid), series, *totals,
+                                  cpu_seconds(pid)))
             except (httpx.HTTPError, OSError):
                 pass  # not listening yet
             with contextlib.suppress(TimeoutError):
@@ -285,6 +292,7 @@ def report(samples: list[Sample], warmup: float) -> None:
         rate = (b.consumed - a.consumed) / max(b.t - a.t, 1e-9)
         return (f"t={a.t:.0f}-{b.t:.0f}s, {b.consumed - a.consumed:,.0f} messages "
                 f"({rate:,.0f}/s), {b.published - a.published:,.0f} results, "
+                f"{b.dead_letters - a.dead_letters:,.0f} dead letters, "
                 f"{b.cpu_s - a.cpu_s:.0f} CPU-s")
 
     rss1 = statistics.mean(s.rss_mb for s in first)
