@@ -7,6 +7,7 @@ Per-message context (topic, partition, offset, event_id) is bound with
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Literal
 
@@ -24,7 +25,9 @@ def configure_logging(level: str = "INFO", fmt: Literal["json", "console"] = "js
     repeat what the worker logs itself.
     """
     renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer()
+        structlog.processors.JSONRenderer() if fmt == "json"
+        # Colour only on a terminal: piped into a file or ``less``, escape codes are noise.
+        else structlog.dev.ConsoleRenderer(colors=_colour_terminal())
     )
     stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
     structlog.configure(
@@ -49,6 +52,11 @@ def configure_logging(level: str = "INFO", fmt: Literal["json", "console"] = "js
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(max(logging.WARNING, logging.getLevelNamesMapping()[level]))
+
+
+def _colour_terminal() -> bool:
+    """Whether stderr is a terminal that wants colour (``NO_COLOR`` set means no)."""
+    return sys.stderr.isatty() and not os.environ.get("NO_COLOR")
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:

@@ -32,3 +32,15 @@ def test_library_logs_are_json_lines_too(capsys: pytest.CaptureFixture[str]) -> 
         ('Unable connect to "127.0.0.1:1": refused', "error"), ("worker_started", "info")]
     assert lines[0]["logger"] == "aiokafka.conn"
     assert "timestamp" in lines[0]
+
+
+@pytest.mark.usefixtures("restore_root")
+def test_console_logs_piped_carry_no_colour_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    # capsys replaces stderr with a buffer that is not a terminal, as a pipe or file is.
+    configure_logging("INFO", "console")
+    get_logger(__name__).warning("broker_unreachable", attempt=3)
+    logging.getLogger("aiokafka.conn").error("Unable connect")
+    err = capsys.readouterr().err
+    assert "broker_unreachable" in err
+    assert "Unable connect" in err
+    assert "\x1b[" not in err
