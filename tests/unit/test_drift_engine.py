@@ -79,8 +79,14 @@ def test_pass_rate_drop_alert_fires_and_resolves_with_all_fields() -> None:
         t += 0.5
     [resolved] = engine.drain_alerts(t)
     assert resolved.state == "resolved"
-    assert "back to its baseline" in resolved.summary
-    assert "(CUSUM evidence gone)" in resolved.summary
+    assert resolved.summary.startswith(
+        f"pass rate of refusal on route chat no longer below its baseline "
+        f"{firing.baseline:.1%} (CUSUM evidence gone); last ")
+    # The window still holds part of the 40% episode: the summary says so rather than
+    # reading "back to 95%" next to a window rate far below it.
+    assert resolved.current is not None
+    assert resolved.current < firing.baseline
+    assert ", which still holds part of the change: " in resolved.summary
     assert resolved.alert_id == firing.alert_id
     assert resolved.first_seen == firing.first_seen
     assert resolved.at > firing.at

@@ -254,9 +254,17 @@ class DriftEngine:
         elif tr.stale:
             summary = f"{what}: no data, stale"
         else:
-            summary = f"{what} back to its baseline{of_baseline} (CUSUM evidence gone)"
+            side = "below" if det.kind == KIND_PASS_RATE else "above"
+            summary = f"{what} no longer {side} its baseline{of_baseline} (CUSUM evidence gone)"
         if stats.enough:
-            summary += (f"; last {window}: {stats.rate:.1%} (95% CI {stats.lower:.1%}-"
+            # Resolved, the window can still hold the episode's tail ("83.6%" next to a
+            # 98.1% baseline): say so, or the two figures read as a contradiction.
+            tail = ""
+            if tr.state == "resolved" and baseline is not None and stats.rate is not None and (
+                    stats.rate < baseline if det.kind == KIND_PASS_RATE
+                    else stats.rate > baseline):
+                tail = ", which still holds part of the change"
+            summary += (f"; last {window}{tail}: {stats.rate:.1%} (95% CI {stats.lower:.1%}-"
                         f"{stats.upper:.1%}, n={stats.n})")
         severity = self._severity(det, stats) if tr.state == "firing" else \
             self.settings.severities.get(det.kind, "warning")
