@@ -5,11 +5,12 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import AfterValidator, Field, SecretStr, field_validator, model_validator
 
 from evalstream.config.secret_files import read_secret_file
 from evalstream.config.section import Section
@@ -20,6 +21,7 @@ __all__ = [
     "Client",
     "InputTopic",
     "KafkaSettings",
+    "TopicName",
     "TopicSettings",
     "build_client",
     "refused_option",
@@ -257,10 +259,42 @@ def build_client(factory: Callable[..., _T], options: dict[str, Any], client: Cl
         raise refused_option(client, exc) from exc
 
 
+#: Kafka's rule for topic names (``org.apache.kafka.common.internals.Topic.validate``).
+_TOPIC_CHARS = re.compile(r"[a-zA-Z0-9._-]+")
+_TOPIC_MAX = 249
+_TOPIC_RULE = (f"a Kafka topic name is 1 to {_TOPIC_MAX} characters of a-z, A-Z, 0-9, "
+               f"'.', '_' and '-', and not '.' or '..'")
+
+
+def _kafka_topic_name(name: str) -> str:
+    """``name`` if Kafka accepts it as a topic name.
+
+    Checked at load: otherwise a typo (``llm traces``) passes check-config and fails only
+    once the worker runs, as an obscure broker error (InvalidTopicError, or a topic that
+    "does not exist" for ever).
+    """
+    if not name:
+        problem = "it is empty"
+    elif len(name) > _TOPIC_MAX:
+        problem = f"it is {len(name)} characters long"
+    elif name in (".", ".."):
+        problem = f"it is {name!r}"
+    elif not _TOPIC_CHARS.fullmatch(name):
+        bad = sorted({c for c in name if not _TOPIC_CHARS.fullmatch(c)})
+        problem = f"{name!r} holds {', '.join(repr(c) for c in bad)}"
+    else:
+        return name
+    raise ValueError(f"not a valid Kafka topic name: {problem} ({_TOPIC_RULE})")
+
+
+#: A topic name Kafka accepts (see ``_kafka_topic_name``).
+TopicName = Annotated[str, AfterValidator(_kafka_topic_name)]
+
+
 class InputTopic(Section):
     """One topic to consume and how its messages are encoded."""
 
-    topic: str = Field(min_length=1)
+    topic: TopicName
     format: Literal["flat_json", "otlp_proto", "otlp_json"] = "flat_json"
     #: flat_json only: TraceEvent field -> dotted path in the message (e.g. output: response.text).
     mapping: dict[str, str] = Field(default_factory=dict)
@@ -281,6 +315,6 @@ class InputTopic(Section):
 class TopicSettings(Section):
     """Where the worker writes."""
 
-    results: str = Field(default="evalstream.results", min_length=1)
-    dead_letter: str = Field(default="evalstream.dlq", min_length=1)
-    alerts: str = Field(default="evalstream.alerts", min_length=1)
+    results: TopicName = "evalstream.results"
+    dead_letter: TopicName = "evalstream.dlq"
+    alerts: TopicName = "evalstream.alerts"
