@@ -160,8 +160,13 @@ async def results(bootstrap: str, topic: str, expect: int | None = None,
 
 def spawn_worker(config: Path, *, env: dict[str, str] | None = None,
                  log: Path | None = None) -> subprocess.Popen[bytes]:
-    """``python -m evalstream run --config FILE`` as a subprocess (tests/ importable)."""
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    """``python -m evalstream run --config FILE`` as a subprocess (tests/ importable).
+
+    ``src`` comes first: the checkout under test, not whichever copy of evalstream the
+    environment has installed (an editable install may point at another tree).
+    """
+    path = os.pathsep.join([str(REPO / "src"), str(REPO)])
+    full_env = {**os.environ, "PYTHONPATH": path, **(env or {})}
     stderr = log.open("wb") if log is not None else subprocess.DEVNULL
     return subprocess.Popen([sys.executable, "-m", "evalstream", "run", "--config", str(config)],
                             env=full_env, stdout=subprocess.DEVNULL, stderr=stderr, cwd=REPO)
