@@ -18,7 +18,6 @@ from typing import Any
 import yaml
 
 from evalstream import __version__
-from evalstream.config import load_settings, masked_dump
 from evalstream.errors import ConfigError
 
 __all__ = ["EXIT_CONFIG", "main"]
@@ -64,24 +63,32 @@ def _run_loop(main: Coroutine[Any, Any, int]) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from evalstream.app.worker import run_worker
-    from evalstream.logging import configure_logging
+    from evalstream.app.signals import catch_stop_signals_early
 
-    try:
-        settings = load_settings(args.config)
-    except ConfigError as exc:
-        return _config_error(exc)
-    configure_logging(settings.logging.level, settings.logging.format)
-    try:
-        # run_worker builds judges, evaluators and decoders before connecting anything, so
-        # a bad evaluator parameter fails here with code 2.
-        return _run_loop(run_worker(settings))
-    except ConfigError as exc:
-        return _config_error(exc)
+    # First, before the slow part (imports, validation, building the evaluators): a SIGTERM
+    # from a rollout that replaces a still-starting pod must stop it cleanly (exit 0, one
+    # log line), not kill it with Python's default action (exit 143).
+    with catch_stop_signals_early():
+        from evalstream.app.worker import run_worker
+        from evalstream.config import load_settings
+        from evalstream.logging import configure_logging
+
+        try:
+            settings = load_settings(args.config)
+        except ConfigError as exc:
+            return _config_error(exc)
+        configure_logging(settings.logging.level, settings.logging.format)
+        try:
+            # run_worker builds judges, evaluators and decoders before connecting anything,
+            # so a bad evaluator parameter fails here with code 2.
+            return _run_loop(run_worker(settings))
+        except ConfigError as exc:
+            return _config_error(exc)
 
 
 def _check_config(args: argparse.Namespace) -> int:
     from evalstream.app.checks import check_settings
+    from evalstream.config import load_settings, masked_dump
 
     try:
         settings = load_settings(args.config)

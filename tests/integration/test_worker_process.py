@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import subprocess
 import time
 from collections import defaultdict
@@ -197,3 +198,115 @@ async def test_second_sigint_exits_at_once(broker: Broker, tmp_path: Path) -> No
         if proc.poll() is None:
             proc.kill()
     assert sum((await committed(broker.bootstrap, topics.group, topics.inputs, 1)).values()) == 0
+
+
+# --- a stop while starting: exit 0 promptly, one clear line, nothing consumed ------------
+
+STOPPED_WHILE_STARTING = "worker_stopped_while_starting"
+
+
+def _log_has(path: Path, text: str) -> bool:
+    return path.exists() and text in path.read_text(errors="replace")
+
+
+def _stopped_cleanly(log: Path) -> None:
+    text = log.read_text(errors="replace")
+    assert text.count(STOPPED_WHILE_STARTING) == 1, text[-2000:]
+    assert "Traceback" not in text, text[-2000:]
+    assert "worker_started" not in text
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+async def test_a_signal_while_the_worker_is_built_stops_it_before_it_connects(
+        sig: str, broker: Broker, tmp_path: Path) -> None:
+    # Used to die of Python's default action (SIGTERM: exit 143): handlers were installed
+    # only once the worker was built.
+    topics = Topics.fresh("early")
+    await topics.create(broker.bootstrap, partitions=1)
+    await produce(broker.bootstrap, topics.inputs, [event_json(i) for i in range(3)])
+    config = write_config(tmp_path / "worker.yaml", config_dict(
+        broker.bootstrap, topics, plugins=["tests.integration.signal_on_import"]))
+    log = tmp_path / "worker.log"
+    proc = spawn_worker(config, env={"SELF_SIGNAL": sig}, log=log)
+    try:
+        assert await _exit_code(proc, 30) == 0, log.read_text()[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    _stopped_cleanly(log)
+    assert sum((await committed(broker.bootstrap, topics.group, topics.inputs, 1)).values()) == 0
+    assert await results(broker.bootstrap, topics.results) == []
+
+
+async def test_sigterm_while_retrying_a_closed_port_exits_zero_promptly(tmp_path: Path) -> None:
+    topics = Topics.fresh("closed")
+    config = write_config(tmp_path / "worker.yaml", config_dict(
+        f"127.0.0.1:{free_port()}", topics, kafka={"connect_timeout_s": 120}))
+    log = tmp_path / "worker.log"
+    proc = spawn_worker(config, log=log)
+    try:
+        await wait_for(lambda: _log_has(log, "broker_unreachable"), timeout=30,
+                       what="a failed connection attempt")
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = await _exit_code(proc, 10)
+        elapsed = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0, log.read_text()[-2000:]
+    assert elapsed < 2.5, f"took {elapsed:.1f}s to stop"
+    _stopped_cleanly(log)
+
+
+async def test_sigterm_cuts_a_connection_attempt_that_gets_no_answer(tmp_path: Path) -> None:
+    # A listener that never answers (as a TLS client at a plaintext port, or dropped
+    # packets): each attempt waits up to what is left of connect_timeout_s. The stop used
+    # to wait for the attempt to end; with a pod's grace period shorter, that is a SIGKILL.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # never accepted: connections complete, requests get no answer
+        topics = Topics.fresh("silent")
+        config = write_config(tmp_path / "worker.yaml", config_dict(
+            f"127.0.0.1:{silent.getsockname()[1]}", topics, kafka={"connect_timeout_s": 60}))
+        log = tmp_path / "worker.log"
+        proc = spawn_worker(config, log=log)
+        try:
+            await wait_for(lambda: _log_has(log, "worker_starting"), timeout=30,
+                           what="the worker to start connecting")
+            await asyncio.sleep(1.0)  # the attempt is under way, waiting for an answer
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            code = await _exit_code(proc, 30)
+            elapsed = time.monotonic() - started
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert code == 0, log.read_text()[-2000:]
+    assert elapsed < 2.5, f"took {elapsed:.1f}s to stop"
+    _stopped_cleanly(log)
+
+
+async def test_sigterm_while_joining_the_group_exits_zero(broker: Broker, tmp_path: Path) -> None:
+    # Connected to the real broker, not yet given partitions (the group join takes seconds):
+    # the stop leaves the group and exits 0 without a traceback.
+    topics = Topics.fresh("joining")
+    await topics.create(broker.bootstrap, partitions=1)
+    config = write_config(tmp_path / "worker.yaml", config_dict(broker.bootstrap, topics))
+    log = tmp_path / "worker.log"
+    proc = spawn_worker(config, log=log)
+    try:
+        await wait_for(lambda: _log_has(log, "worker_started"), timeout=30,
+                       what="the worker to connect", interval=0.01)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = await _exit_code(proc, 20)
+        elapsed = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text(errors="replace")
+    assert code == 0, text[-2000:]
+    assert elapsed < 8, f"took {elapsed:.1f}s to stop"
+    assert "worker_stopped" in text
+    assert "Traceback" not in text

@@ -1,32 +1,82 @@
-"""How the worker and the demo are stopped from outside: SIGTERM, and Ctrl-C once or twice."""
+"""How the worker and the demo are stopped from outside: SIGTERM, and Ctrl-C once or twice.
+
+A process that is still starting (importing, loading the configuration, building the
+evaluators) has no event loop to take a signal yet, and Python's default action for SIGTERM
+ends it on the spot (exit 143). :func:`catch_stop_signals_early` remembers such a request
+until :func:`install_stop_signals` takes over, which then stops at once.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from types import FrameType
 
-__all__ = ["EXIT_FORCED", "install_stop_signals"]
+__all__ = ["EXIT_FORCED", "catch_stop_signals_early", "install_stop_signals"]
 
 #: The exit code of a second Ctrl-C (128 + SIGINT, as a shell reports it).
 EXIT_FORCED = 130
 
 
+class _Requests:
+    """Stop requests seen so far: whether one came, and how many Ctrl-Cs."""
+
+    stop = False
+    interrupts = 0
+
+
+_requests = _Requests()
+
+
+def _count_interrupt() -> None:
+    """Count a SIGINT; the second exits at once."""
+    _requests.interrupts += 1
+    if _requests.interrupts > 1:
+        os._exit(EXIT_FORCED)  # "now": whoever pressed twice does not want to wait
+
+
+@contextlib.contextmanager
+def catch_stop_signals_early() -> Iterator[None]:
+    """Until the event loop runs: SIGTERM or a first SIGINT is remembered (and acted on by
+    :func:`install_stop_signals`); a second SIGINT exits at once with :data:`EXIT_FORCED`.
+
+    The handler only sets a flag: whatever is running (an import, the configuration's
+    validation) finishes undisturbed. On leaving, the previous handlers are restored and
+    the requests forgotten (the command line can be called in-process, e.g. by tests).
+    Only possible in the main thread.
+    """
+    def remember(signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGINT:
+            _count_interrupt()
+        _requests.stop = True
+
+    previous = {sig: signal.signal(sig, remember) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _requests.stop, _requests.interrupts = False, 0
+
+
 def install_stop_signals(stop: Callable[[], None]) -> None:
     """SIGTERM and a first SIGINT call ``stop`` (a graceful stop); a second SIGINT exits at
     once with :data:`EXIT_FORCED`, skipping the drain: what was not committed is
-    redelivered. Only possible in the main thread, with the loop running.
+    redelivered. A stop requested since :func:`catch_stop_signals_early` calls ``stop``
+    now (and a Ctrl-C then counts as the first). Only possible in the main thread, with the
+    loop running.
     """
     loop = asyncio.get_running_loop()
-    interrupts = 0
 
     def on_sigint() -> None:
-        nonlocal interrupts
-        interrupts += 1
-        if interrupts > 1:
-            os._exit(EXIT_FORCED)  # "now": whoever pressed twice does not want to wait
+        _count_interrupt()
         stop()
 
     loop.add_signal_handler(signal.SIGTERM, stop)
     loop.add_signal_handler(signal.SIGINT, on_sigint)
+    # Checked after the loop's handlers are in place, so no signal falls between the two.
+    if _requests.stop:
+        stop()

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Coroutine
+from typing import Any
 
-__all__ = ["SharedDeadline", "wait_set"]
+__all__ = ["SharedDeadline", "unless_set", "wait_set"]
 
 
 async def wait_set(event: asyncio.Event, timeout_s: float | None) -> bool:
@@ -22,6 +24,29 @@ async def wait_set(event: asyncio.Event, timeout_s: float | None) -> bool:
         async with asyncio.timeout(timeout_s):
             await event.wait()
     return event.is_set()
+
+
+async def unless_set(event: asyncio.Event, work: Coroutine[Any, Any, None]) -> bool:
+    """Run ``work`` until it ends or ``event`` is set, which cancels it; whether it ended.
+
+    The cancelled work is waited for, so its own clean-up (closing a client it was
+    starting) is done on return. Its exception, if it ended with one, is raised.
+    """
+    task = asyncio.ensure_future(work)
+    setter = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait((task, setter), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        setter.cancel()
+        if not task.done():
+            task.cancel()
+            # asyncio.wait, not ``await task``: a cancel of this caller (a timeout around
+            # it) must still reach it, not be taken for the work's own CancelledError.
+            await asyncio.wait((task,))
+    if task.cancelled():
+        return False
+    task.result()
+    return True
 
 
 class SharedDeadline:

@@ -44,7 +44,7 @@ from evalstream.app.offsets import TP, OffsetTracker, PartitionState
 from evalstream.app.outputs import Outputs
 from evalstream.app.pipeline import Pipeline, Planned
 from evalstream.app.signals import install_stop_signals
-from evalstream.app.waits import SharedDeadline, wait_set
+from evalstream.app.waits import SharedDeadline, unless_set, wait_set
 from evalstream.config import Settings
 from evalstream.errors import (
     ConfigError,
@@ -206,8 +206,10 @@ class Worker:
         except ConfigError:  # aiokafka refused an option: exit 2 (the CLI prints it)
             await self._close()
             raise
-        if self._stop.is_set():  # stopped while still connecting
+        if self._stop.is_set():  # stopped while still starting: nothing was consumed
             await self._close()
+            log.info("worker_stopped_while_starting", exit_code=0,
+                     reason="stop requested before the worker was ready; nothing consumed")
             return 0
         self._started = True
         background = [
@@ -237,7 +239,7 @@ class Worker:
     async def _connect(self) -> None:
         """Start the sink and the source, retrying an unreachable broker with backoff for
         up to ``kafka.connect_timeout_s`` (a broker that comes up after us is normal in a
-        cluster); returns early when a stop is requested meanwhile.
+        cluster); a stop requested meanwhile cancels the attempt under way and returns.
 
         Raises:
             SinkError | SourceError: still unreachable when the time is up.
@@ -254,7 +256,7 @@ class Worker:
                 sink_started = True
             await self.source.start(self)
 
-        while True:
+        while not self._stop.is_set():
             # Bounded here too: a TLS client at a plaintext listener (or a firewall that
             # drops packets) gets no answer at all, and aiokafka would wait out its
             # request_timeout_ms (40 s by default) whatever connect_timeout_s says.
@@ -262,7 +264,10 @@ class Worker:
             try:
                 try:
                     async with asyncio.timeout(attempt_s):
-                        await attempt()
+                        # A stop cancels the attempt (SIGTERM to a pod still starting):
+                        # waiting it out could take longer than the pod's grace period.
+                        if not await unless_set(self._stop, attempt()):
+                            return
                 except TimeoutError:
                     raise SourceError(
                         f"no answer from Kafka at {self.settings.kafka.bootstrap_servers} "
@@ -599,12 +604,25 @@ async def run_worker(settings: Settings, *, registry: CollectorRegistry | None =
         registry: Prometheus registry (a fresh one when None).
         ready_event: Set once the worker is connected and has partitions.
         handle_signals: SIGTERM/SIGINT set the stop event (second SIGINT exits
-            at once). Only possible in the main thread.
+            at once), from before the worker is built. Only possible in the main thread.
         **worker_options: Passed to :class:`Worker` (judges, source, sink, observers).
 
     Raises:
         ConfigError: the configuration is invalid (before anything connects).
     """
+    worker: Worker | None = None
+    stop_requested = False
+
+    def request_stop() -> None:
+        nonlocal stop_requested
+        stop_requested = True
+        if worker is not None:
+            worker.request_stop()
+
+    # First: building the worker (plugins, models, lexicons) takes a while, and a SIGTERM
+    # meanwhile (a rollout replacing a pod still starting) must stop it, not kill it.
+    if handle_signals:
+        install_stop_signals(request_stop)
     # Before anything connects: an option aiokafka refuses is a config error (exit 2), not
     # a failure after the first client has started.
     await check_kafka_clients(settings)
@@ -612,6 +630,6 @@ async def run_worker(settings: Settings, *, registry: CollectorRegistry | None =
     # Everything built so far (modules, models, lexicons) lives as long as the process:
     # moving it out of the collector's generations keeps full collections cheap.
     gc.freeze()
-    if handle_signals:
-        install_stop_signals(worker.request_stop)
+    if stop_requested:
+        worker.request_stop()
     return await worker.run(ready_event)

@@ -1,0 +1,13 @@
+"""A test-only plugin that signals its own process while it is imported.
+
+Plugins are imported while the worker is built, before its event loop takes signals: the
+signal lands, deterministically, in the part of start-up that used to die of Python's
+default SIGTERM action (exit 143). ``SELF_SIGNAL`` names the signal (default SIGTERM).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+os.kill(os.getpid(), getattr(signal, os.environ.get("SELF_SIGNAL", "SIGTERM")))
