@@ -6,6 +6,7 @@ import asyncio
 import shutil
 import ssl
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -221,3 +222,52 @@ def test_extra_cannot_override_what_the_worker_sets(option: str, says: str) -> N
     # offsets of results that may never be durable.
     with pytest.raises(ConfigError, match=rf"kafka\.extra: .*{option}: .*{says}"):
         load_settings(None, kafka={"extra": {option: 1}})
+
+
+BAD_BOOTSTRAP = {
+    # aiokafka's int(port) raised a ValueError traceback when `run` started (exit 1).
+    "a port that is not a number": ("kafka:x", "the port 'x' is not a number"),
+    "a colon and no port": ("kafka:", "the port '' is not a number"),
+    "an IPv6 colon and no port": ("[::1]:", "the port '' is not a number"),
+    # These were retried as unreachable brokers for connect_timeout_s (5 minutes).
+    "a port out of range": ("kafka:99999", "the port '99999' is not a number from 1 to 65535"),
+    "empty": ("", "an entry is empty"),
+    "an empty entry": ("kafka-0:9092,,kafka-1:9092", "an entry is empty"),
+    "a listener URL": ("PLAINTEXT://kafka:9092", "is a URL: write host:port"),
+    "spaces for commas": ("kafka-0:9092 kafka-1:9092", "'kafka-0:9092 kafka-1' is not a host"),
+    "bad IPv6": ("[fe80::zz]:9092", "'fe80::zz' is not an IPv6 address"),
+}
+
+GOOD_BOOTSTRAP = ["kafka:9092", "kafka", "kafka-0.kafka.svc.cluster.local:9093",
+                  "10.0.0.1:9092, 10.0.0.2:9092", "[::1]:9092", "[::1]", "::1", "my_kafka:1"]
+
+
+@pytest.mark.parametrize("case", sorted(BAD_BOOTSTRAP))
+def test_a_malformed_bootstrap_address_is_a_config_error(case: str) -> None:
+    value, says = BAD_BOOTSTRAP[case]
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, kafka={"bootstrap_servers": value})
+    assert "kafka.bootstrap_servers: " in str(info.value)
+    assert says in str(info.value)
+    assert "expected host:port, comma separated" in str(info.value)
+
+
+@pytest.mark.parametrize("value", GOOD_BOOTSTRAP)
+def test_every_address_form_aiokafka_takes_loads(value: str) -> None:
+    from aiokafka.conn import collect_hosts
+
+    assert load_settings(None, kafka={"bootstrap_servers": value}).kafka.bootstrap_servers \
+        == value
+    assert collect_hosts(value)  # and aiokafka parses it
+
+
+@pytest.mark.parametrize("value", ["kafka:x", "kafka:"])
+def test_run_exits_2_on_a_malformed_bootstrap_address(value: str, tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"kafka: {{bootstrap_servers: '{value}', connect_timeout_s: 0}}\n",
+                    encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "evalstream", "run", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "kafka.bootstrap_servers: " in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import ipaddress
 import os
 import re
 from collections.abc import Callable
@@ -62,6 +63,50 @@ _OWNED = {
 _PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
+#: A host name as Kafka clients take it (letters, digits, '.', '-'; '_' in some DNS names).
+_HOST = re.compile(r"[A-Za-z0-9._-]+")
+_BOOTSTRAP_FORM = "expected host:port, comma separated, e.g. kafka-0:9092,kafka-1:9092"
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _bootstrap_entry_problem(entry: str) -> str | None:
+    """What is wrong with one ``bootstrap_servers`` entry as aiokafka parses it, or None.
+
+    aiokafka takes ``host``, ``host:port``, ``[ipv6]``, ``[ipv6]:port`` and a bare IPv6
+    address. A port that is not a number (``kafka:x``, ``kafka:``) made it raise a
+    ValueError traceback when the worker started; the rest (an empty entry, a URL, a
+    space) were retried as unreachable brokers for ``connect_timeout_s``.
+    """
+    if not entry:
+        return "an entry is empty"
+    if "://" in entry:
+        return f"{entry!r} is a URL: write host:port, without a scheme"
+    if _is_ipv6(entry):
+        return None
+    if entry.startswith("["):
+        host, bracket, rest = entry[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            return f"{entry!r}: an IPv6 address is written [address]:port"
+        if not _is_ipv6(host):
+            return f"{entry!r}: {host!r} is not an IPv6 address"
+        has_port, port = bool(rest), rest[1:]
+    else:
+        host, colon, port = entry.rpartition(":") if ":" in entry else (entry, "", "")
+        has_port = bool(colon)
+        if not _HOST.fullmatch(host):
+            return f"{entry!r}: {host!r} is not a host name"
+    if has_port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        return f"{entry!r}: the port {port!r} is not a number from 1 to 65535"
+    return None
+
+
 @functools.cache
 def _accepted(client: Client) -> frozenset[str]:
     """Keyword arguments the aiokafka client's constructor takes (read from its signature).
@@ -118,6 +163,16 @@ class KafkaSettings(Section):
     #: both); a name neither takes is a config error, and so is one the worker sets itself
     #: (``_OWNED``).
     extra: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _bootstrap_servers(cls, servers: str) -> str:
+        # Split and stripped as aiokafka does (``collect_hosts``).
+        for entry in servers.strip().split(","):
+            problem = _bootstrap_entry_problem(entry.strip())
+            if problem is not None:
+                raise ValueError(f"{problem} ({_BOOTSTRAP_FORM})")
+        return servers
 
     @field_validator("sasl_password_file", "ssl_cafile", "ssl_certfile", "ssl_keyfile")
     @classmethod
