@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from evalstream.config.section import Section
 
 __all__ = ["DriftSettings", "Severity"]
 
 Severity = Literal["info", "warning", "critical"]
+#: The kinds of alert the detector raises.
+_ALERT_KINDS = ("pass_rate_drop", "label_share", "label_mix")
 
 
 def _default_severities() -> dict[str, Severity]:
@@ -86,6 +88,15 @@ class DriftSettings(Section):
     critical_shift: float = Field(default=0.20, gt=0.0, le=1.0)
     #: A firing alert with no new evaluations for this long resolves as stale.
     stale_after_s: float = Field(default=3600.0, gt=0)
+
+    @field_validator("severities")
+    @classmethod
+    def _known_kinds(cls, severities: dict[str, Severity]) -> dict[str, Severity]:
+        # A misspelt kind used to be accepted and ignored: its alerts kept their default.
+        unknown = sorted(set(severities) - set(_ALERT_KINDS))
+        if unknown:
+            raise ValueError(f"unknown alert kind(s) {unknown} (kinds: {', '.join(_ALERT_KINDS)})")
+        return severities
 
     @model_validator(mode="after")
     def _check(self) -> DriftSettings:

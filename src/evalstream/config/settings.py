@@ -161,6 +161,21 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _baselines_name_evaluators(self) -> Settings:
+        # The drift engine looks baselines up by "route/evaluator" or "evaluator" (its
+        # label): a key naming neither was accepted and never used, the detector warming
+        # up instead of starting from the baseline the operator gave.
+        labels = {spec.label for route in self.routes for spec in route.evaluators}
+        pairs = {f"{route.name}/{spec.label}" for route in self.routes
+                 for spec in route.evaluators}
+        unknown = sorted(set(self.drift.baselines) - labels - pairs)
+        if unknown:
+            raise ValueError(f"drift.baselines: {unknown} name no evaluator of the routes "
+                             f"(keys are 'route/evaluator' or 'evaluator', by the evaluator's "
+                             f"`name` when it has one; known: {sorted(pairs)})")
+        return self
+
+    @model_validator(mode="after")
     def _names_listed_once(self) -> Settings:
         for field, what, names in (("routes", "route name", [r.name for r in self.routes]),
                                    ("inputs", "topic", [i.topic for i in self.inputs])):
