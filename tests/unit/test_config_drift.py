@@ -59,3 +59,44 @@ def test_check_config_exits_2_on_a_baseline_naming_no_evaluator(
     path = write(tmp_path, ROUTES + "drift:\n  baselines: {'support/refusl': 0.9}\n")
     assert main(["check-config", str(path)]) == EXIT_CONFIG
     assert "drift.baselines: ['support/refusl']" in capsys.readouterr().err
+
+
+LABELS = ("routes:\n  - name: support\n    evaluators:\n      - {evaluator: sentiment}\n"
+          "      - {evaluator: topic, name: subject, params: {topics: {orders: order status}}}\n"
+          "      - {evaluator: refusal}\n")
+
+
+@pytest.mark.parametrize("watch", ["", "drift:\n  watch_labels: {subject: orders, "
+                                       "sentiment: positive, refusal: anything}\n"])
+def test_watched_labels_the_evaluators_give_load(watch: str, tmp_path: Path) -> None:
+    from evalstream.app.checks import check_settings
+
+    check_settings(load_settings(write(tmp_path, LABELS + watch)))
+
+
+@pytest.mark.parametrize(("watch", "says"), [
+    ("{sentiment: negatve}", "drift.watch_labels.sentiment: 'negatve' is not a label that "
+                             "routes[0] (support) evaluator 'sentiment' gives (labels: "
+                             "['negative', 'neutral', 'positive'])"),
+    ("{subject: billing}", "drift.watch_labels.subject: 'billing' is not a label that "
+                           "routes[0] (support) evaluator 'subject' gives (labels: "
+                           "['orders', 'other'])"),
+])
+def test_a_watched_label_the_evaluator_never_gives_is_refused(
+        watch: str, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Was accepted: the label's share stayed 0, so its alert could never fire.
+    from evalstream.app.worker import Worker
+    from evalstream.cli import EXIT_CONFIG, main
+
+    path = write(tmp_path, LABELS + f"drift:\n  watch_labels: {watch}\n")
+    assert main(["check-config", str(path)]) == EXIT_CONFIG
+    assert says in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"drift\.watch_labels\."):
+        Worker(load_settings(path))  # what `run` builds, before connecting
+
+
+def test_watched_labels_are_not_checked_with_drift_off(tmp_path: Path) -> None:
+    from evalstream.app.checks import check_settings
+
+    text = LABELS + "drift:\n  enabled: false\n  watch_labels: {sentiment: negatve}\n"
+    check_settings(load_settings(write(tmp_path, text)))

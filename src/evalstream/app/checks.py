@@ -14,7 +14,13 @@ from evalstream.metrics import Metrics
 from evalstream.sinks.kafka import KafkaSink
 from evalstream.sources.kafka import KafkaSource
 
-__all__ = ["check_kafka_clients", "check_route_topics", "check_settings", "describe_evaluators"]
+__all__ = [
+    "check_kafka_clients",
+    "check_route_topics",
+    "check_settings",
+    "check_watch_labels",
+    "describe_evaluators",
+]
 
 
 def check_route_topics(settings: Settings) -> None:
@@ -34,17 +40,43 @@ def check_route_topics(settings: Settings) -> None:
                               f"input topic (inputs: {topics})")
 
 
+def check_watch_labels(settings: Settings, pipeline: Pipeline) -> None:
+    """Every label ``drift.watch_labels`` watches is one its label evaluator can give.
+
+    A misspelt label (``sentiment: negatve``) never matches a result: its share stays 0 and
+    the alert the operator asked for can never fire. Checked against the built evaluators,
+    whose label set can depend on their params (``topic``'s topics).
+
+    Raises:
+        ConfigError: naming the evaluator, the label and the labels it gives.
+    """
+    watched = settings.drift.watch_labels
+    if not settings.drift.enabled or not watched:
+        return
+    specs = [(ri, route.name, spec.label) for ri, route in enumerate(settings.routes)
+             for spec in route.evaluators]
+    for (ri, route, name), evaluator in zip(specs, pipeline.evaluators, strict=True):
+        label = watched.get(name)
+        options = evaluator.labels()
+        if label is None or not evaluator.is_label_evaluator or label in options:
+            continue
+        raise ConfigError(f"drift.watch_labels.{name}: {label!r} is not a label that "
+                          f"routes[{ri}] ({route}) evaluator {name!r} gives "
+                          f"(labels: {list(options)})")
+
+
 def check_settings(settings: Settings) -> None:
     """Build judges, every route's evaluators and every input's decoder, then discard them.
 
     Raises:
         ConfigError: naming the offending field (unknown evaluator, bad params, bad mapping,
-            a route matching a topic no input consumes, a Kafka option aiokafka refuses).
+            a route matching a topic no input consumes, a watched label no evaluator gives,
+            a Kafka option aiokafka refuses).
     """
     check_route_topics(settings)
     metrics = Metrics()
     judges = build_judges(settings.judges, metrics)
-    Pipeline(settings, judges, metrics)
+    check_watch_labels(settings, Pipeline(settings, judges, metrics))
     for topic in settings.inputs:
         decoder_for(topic)
     asyncio.run(check_kafka_clients(settings))

@@ -28,7 +28,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from evalstream import __version__
-from evalstream.app.checks import check_kafka_clients, check_route_topics
+from evalstream.app.checks import check_kafka_clients, check_route_topics, check_watch_labels
 from evalstream.app.commits import Committer
 from evalstream.app.health import (
     NO_PARTITIONS,
@@ -129,6 +129,7 @@ class Worker:
         self.judges: dict[str, Judge] = (
             dict(judges) if judges is not None else build_judges(settings.judges, self.metrics))
         self.pipeline = Pipeline(settings, self.judges, self.metrics)
+        check_watch_labels(settings, self.pipeline)
         self.intake = Intake(settings, self.pipeline, self.metrics)
         self.source: Source = source if source is not None else KafkaSource(
             settings.kafka, [t.topic for t in settings.inputs])
