@@ -55,8 +55,9 @@ def test_an_invalid_output_topic_names_its_field(field: str, case: str) -> None:
 
 @pytest.mark.parametrize("name", VALID)
 def test_names_kafka_accepts_load(name: str) -> None:
-    settings = load_settings(None, inputs=[{"topic": name}], topics={"alerts": name})
-    assert settings.inputs[0].topic == settings.topics.alerts == name
+    assert load_settings(None, inputs=[{"topic": name}]).inputs[0].topic == name
+    assert load_settings(None, inputs=[{"topic": "in"}],
+                         topics={"alerts": name}).topics.alerts == name
 
 
 def test_the_second_input_is_named_by_its_index() -> None:
@@ -92,3 +93,23 @@ def test_the_command_line_exits_2_naming_the_field_and_the_rule(
     assert f"{field}: Value error, not a valid Kafka topic name" in proc.stderr
     assert RULE in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("field", ["results", "dead_letter", "alerts"])
+def test_an_output_topic_that_is_also_an_input_is_refused(field: str) -> None:
+    # Was accepted: with dead_letter = the input, one malformed message was read back,
+    # dead-lettered again, and so on for ever (25 copies after 10 s on the test broker).
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, inputs=[{"topic": "a"}, {"topic": "b"}], topics={field: "b"})
+    assert f"topics.{field}: 'b' is also an input topic" in str(info.value)
+    assert "consume its own output" in str(info.value)
+
+
+def test_check_config_exits_2_on_an_output_topic_that_is_an_input(tmp_path: Path) -> None:
+    path = tmp_path / "loop.yaml"
+    path.write_text("inputs: [{topic: llm.traces}]\ntopics: {dead_letter: llm.traces}\n",
+                    encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "evalstream", "check-config", str(path)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == EXIT_CONFIG, proc.stderr
+    assert "topics.dead_letter: 'llm.traces' is also an input topic" in proc.stderr

@@ -161,6 +161,20 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _outputs_are_not_inputs(self) -> Settings:
+        # The worker would consume what it writes: a dead letter written to an input is
+        # read, dead-lettered again and so on for ever (one bad message made 25 in 10 s),
+        # and results or alerts read back as traces are evaluated (or dead-lettered) in turn.
+        inputs = {i.topic for i in self.inputs}
+        for field in ("results", "dead_letter", "alerts"):
+            topic = getattr(self.topics, field)
+            if topic in inputs:
+                raise ValueError(f"topics.{field}: {topic!r} is also an input topic (under "
+                                 f"`inputs`): the worker would consume its own output, in a "
+                                 f"loop; give it a topic of its own")
+        return self
+
+    @model_validator(mode="after")
     def _baselines_name_evaluators(self) -> Settings:
         # The drift engine looks baselines up by "route/evaluator" or "evaluator" (its
         # label): a key naming neither was accepted and never used, the detector warming
