@@ -271,3 +271,33 @@ def test_run_exits_2_on_a_malformed_bootstrap_address(value: str, tmp_path: Path
     assert proc.returncode == 2, proc.stderr
     assert "kafka.bootstrap_servers: " in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("protocol", ["PLAINTEXT", "SSL"])
+def test_a_sasl_mechanism_without_a_sasl_protocol_is_refused(protocol: str) -> None:
+    # Was accepted and ignored: the worker connected without authenticating.
+    with pytest.raises(ConfigError, match=rf"kafka: .*sasl_mechanism SCRAM-SHA-512 is set but "
+                                          rf"security_protocol is {protocol}: SASL is used"):
+        load_settings(None, kafka={"security_protocol": protocol, "sasl_mechanism":
+                                   "SCRAM-SHA-512", "sasl_username": "u"})
+
+
+@pytest.mark.parametrize("protocol", ["PLAINTEXT", "SASL_PLAINTEXT"])
+def test_tls_files_without_a_tls_protocol_are_refused(protocol: str, tmp_path: Path) -> None:
+    # Were accepted and ignored: the worker connected without TLS.
+    ca = tmp_path / "ca.pem"
+    ca.write_text("not read", encoding="utf-8")
+    kafka = {"security_protocol": protocol, "ssl_cafile": str(ca)}
+    if protocol.startswith("SASL"):
+        kafka |= {"sasl_mechanism": "PLAIN", "sasl_username": "u", "sasl_password_file":
+                  str(ca)}
+    with pytest.raises(ConfigError, match=rf"kafka: .*ssl_cafile set but security_protocol is "
+                                          rf"{protocol}: TLS files are used only with SSL"):
+        load_settings(None, kafka=kafka)
+
+
+def test_a_sasl_password_from_the_environment_alone_is_left_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A platform may export it whatever the protocol: only an explicit choice is refused.
+    monkeypatch.setenv("EVALSTREAM_KAFKA__SASL_PASSWORD", "pw")
+    assert load_settings(None).kafka.security_protocol == "PLAINTEXT"

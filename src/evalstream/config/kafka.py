@@ -197,6 +197,23 @@ class KafkaSettings(Section):
         return extra
 
     @model_validator(mode="after")
+    def _options_of_another_protocol(self) -> KafkaSettings:
+        # Used only with their protocol, they were otherwise accepted and ignored: a
+        # forgotten security_protocol (SASL_SSL) connected in plaintext without
+        # authenticating, and failed only at the broker, as an unanswered connection.
+        protocol = self.security_protocol
+        if self.sasl_mechanism is not None and not protocol.startswith("SASL"):
+            raise ValueError(f"sasl_mechanism {self.sasl_mechanism} is set but "
+                             f"security_protocol is {protocol}: SASL is used only with "
+                             f"SASL_PLAINTEXT or SASL_SSL")
+        files = [name for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
+                 if getattr(self, name) is not None]
+        if files and protocol not in ("SSL", "SASL_SSL"):
+            raise ValueError(f"{', '.join(files)} set but security_protocol is {protocol}: "
+                             f"TLS files are used only with SSL or SASL_SSL")
+        return self
+
+    @model_validator(mode="after")
     def _sasl_needs_credentials(self) -> KafkaSettings:
         if not self.security_protocol.startswith("SASL"):
             return self
