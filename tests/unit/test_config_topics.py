@@ -113,3 +113,38 @@ def test_check_config_exits_2_on_an_output_topic_that_is_an_input(tmp_path: Path
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == EXIT_CONFIG, proc.stderr
     assert "topics.dead_letter: 'llm.traces' is also an input topic" in proc.stderr
+
+
+@pytest.mark.parametrize(("entry", "says"), [
+    ({"topic": "spans", "format": "otlp_proto", "mapping": {"output": "response.text"}},
+     "inputs.0: Value error, mapping: for flat_json inputs only; this otlp_proto input"),
+    ({"topic": "t", "attribute_map": {"tenant": "app.tenant"}, "app_attribute": "app.name"},
+     "inputs.0: Value error, app_attribute, attribute_map: for otlp_proto and otlp_json"),
+    ({"topic": "t", "format": "flat_json", "llm_operations": ["chat"]},
+     "llm_operations: for otlp_proto and otlp_json inputs only"),
+])
+def test_an_option_of_another_format_is_refused(entry: dict[str, object], says: str) -> None:
+    # Was accepted and ignored by the decoder: e.g. an OTLP input's events lacked the
+    # fields a `mapping` was meant to fill.
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, inputs=[entry])
+    assert says in str(info.value)
+
+
+def test_each_format_keeps_its_own_options() -> None:
+    settings = load_settings(None, inputs=[
+        {"topic": "flat", "mapping": {"output": "response.text"}},
+        {"topic": "spans", "format": "otlp_json", "attribute_map": {"tenant": "app.tenant"},
+         "session_attribute": "session.id", "app_attribute": "app.name",
+         "llm_operations": ["chat"]}])
+    assert [i.format for i in settings.inputs] == ["flat_json", "otlp_json"]
+
+
+def test_check_configs_effective_output_loads_again(tmp_path: Path) -> None:
+    # The dump holds every default (llm_operations of a flat_json input too).
+    example = Path(__file__).resolve().parents[2] / "config" / "evalstream.example.yaml"
+    proc = subprocess.run([sys.executable, "-m", "evalstream", "check-config", str(example)],
+                          capture_output=True, text=True, timeout=60, check=True)
+    effective = tmp_path / "effective.yaml"
+    effective.write_text(proc.stdout, encoding="utf-8")
+    assert load_settings(effective).inputs == load_settings(example).inputs

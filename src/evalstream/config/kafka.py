@@ -363,6 +363,10 @@ def _kafka_topic_name(name: str) -> str:
 TopicName = Annotated[str, AfterValidator(_kafka_topic_name)]
 
 
+#: The span kinds evaluated by default (``InputTopic.llm_operations``).
+_LLM_OPERATIONS = ("chat", "text_completion", "generate_content", "completion", "llm")
+
+
 class InputTopic(Section):
     """One topic to consume and how its messages are encoded."""
 
@@ -377,11 +381,29 @@ class InputTopic(Section):
     #: otlp_*: span kinds evaluated, matched (lowercased) against ``gen_ai.operation.name``,
     #: ``openinference.span.kind`` or ``llm.request.type``; other GenAI spans (tools,
     #: retrieval, agents, embeddings...) are skipped as ``not_llm``.
-    llm_operations: list[str] = Field(
-        default_factory=lambda: ["chat", "text_completion", "generate_content", "completion",
-                                 "llm"])
+    llm_operations: list[str] = Field(default_factory=lambda: list(_LLM_OPERATIONS))
     #: otlp_*: extra ``TraceEvent.attributes`` name -> span or resource attribute key.
     attribute_map: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _options_of_its_format(self) -> InputTopic:
+        # Each decoder reads only its own options: another format's were accepted and
+        # ignored, e.g. a `mapping` on an OTLP input, whose events then lacked the fields
+        # it was meant to fill. Compared with the defaults, so that check-config's
+        # effective output loads again.
+        if self.format == "flat_json":
+            given = [name for name, value in (
+                ("session_attribute", self.session_attribute),
+                ("app_attribute", self.app_attribute),
+                ("llm_operations", self.llm_operations != list(_LLM_OPERATIONS)),
+                ("attribute_map", self.attribute_map)) if value]
+            if given:
+                raise ValueError(f"{', '.join(given)}: for otlp_proto and otlp_json inputs "
+                                 f"only; a flat_json input is read with `mapping`")
+        elif self.mapping:
+            raise ValueError(f"mapping: for flat_json inputs only; this {self.format} input is "
+                             f"read with attribute_map, session_attribute and app_attribute")
+        return self
 
 
 class TopicSettings(Section):
