@@ -5,9 +5,9 @@ and win over the file. Secrets (judge API keys, the SASL password) come only fro
 environment or from files and are held as ``SecretStr``. This package is the only code
 that reads ``os.environ``.
 
-The model is in ``settings.py`` (sections of their own in ``kafka``, ``routes``, ``judges``
-and ``drift``), reading it in ``loading.py``, printing it safely in ``masking.py``; import
-from this package.
+The model is in ``settings.py`` (sections of their own in ``kafka``, ``topics``, ``routes``,
+``judges`` and ``drift``), reading it in ``loading.py``, printing it safely in
+``masking.py``; import from this package.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from evalstream.config.judges import (
     JudgeConfig,
     OpenAIJudgeConfig,
 )
-from evalstream.config.kafka import InputTopic, KafkaSettings, TopicSettings
+from evalstream.config.kafka import KafkaSettings
 from evalstream.config.loading import format_validation_error, load_settings
 from evalstream.config.masking import masked_dump
 from evalstream.config.routes import EvaluatorSpec, MatchRule, Route, SamplingSettings
@@ -30,6 +30,7 @@ from evalstream.config.settings import (
     Settings,
     WorkerSettings,
 )
+from evalstream.config.topics import InputTopic, TopicSettings
 
 __all__ = [
     "BuiltinJudgeConfig",

@@ -1,6 +1,6 @@
 """The ``Settings`` model: every configuration section and the checks that span sections.
 
-Sections of their own (Kafka, routes, judges, drift) live in sibling modules; the small
+Sections of their own (Kafka, topics, routes, judges, drift) live in sibling modules; the small
 top-level ones (worker, results, server, logging) are defined here with the model.
 """
 
@@ -14,9 +14,10 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from evalstream.config.drift import DriftSettings
 from evalstream.config.judges import CascadeJudgeConfig, JudgeConfig, longest_call_s
-from evalstream.config.kafka import InputTopic, KafkaSettings, TopicSettings
+from evalstream.config.kafka import KafkaSettings
 from evalstream.config.routes import EvaluatorSpec, Route, SamplingSettings
 from evalstream.config.section import Section
+from evalstream.config.topics import InputTopic, TopicSettings
 
 __all__ = [
     "LoggingSettings",
