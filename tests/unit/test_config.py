@@ -176,3 +176,28 @@ def test_cross_field_checks_report_a_bad_judge_reference_first(tmp_path: Path) -
         load_settings(write(tmp_path, text))
     assert "'gpt' is not defined" in str(info.value)
     assert "listed more than once" not in str(info.value)
+
+
+@pytest.mark.parametrize(("url", "endpoint"), [
+    ("https://api.openai.com/v1/chat/completions", "/chat/completions"),
+    ("https://user:pw@gw.example.com/v1/chat/completions/", "/chat/completions"),
+    ("http://vllm:8000/v1/completions", "/completions"),
+    ("http://llama:8080/completion", "/completion"),
+])
+def test_a_base_url_that_is_an_endpoint_url_is_refused(url: str, endpoint: str) -> None:
+    # Was accepted: the judge adds the path itself, so every request went to
+    # .../chat/completions/chat/completions and got a 404.
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, judges={"gpt": {"type": "openai", "base_url": url, "model": "m"}})
+    message = str(info.value)
+    assert f"judges.gpt.openai: Value error, base_url ends with the endpoint path " \
+           f"'{endpoint}'" in message
+    assert "pw" not in message
+
+
+@pytest.mark.parametrize("url", ["https://api.openai.com/v1", "http://llama:8080/",
+                                 "https://r.openai.azure.com/openai/deployments/chat"])
+def test_base_urls_load(url: str) -> None:
+    judges = load_settings(None, judges={"j": {"type": "openai", "base_url": url,
+                                               "model": "m"}}).judges
+    assert judges["j"].base_url == url  # type: ignore[union-attr]

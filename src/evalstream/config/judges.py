@@ -61,6 +61,18 @@ def _url_problem(url: str) -> str | None:
     return None
 
 
+#: Paths the judge adds to ``base_url`` (``judges.openai_wire.PATHS``): never a base.
+_ENDPOINT_PATHS = ("/chat/completions", "/completions", "/completion")
+
+
+def _endpoint_in_url(url: str) -> str | None:
+    """The endpoint path ``url`` already ends with (a pasted endpoint URL), or None."""
+    import httpx
+
+    path = httpx.URL(url).path.rstrip("/").lower()
+    return next((p for p in _ENDPOINT_PATHS if path.endswith(p)), None)
+
+
 def header_safe(text: str) -> bool:
     """Whether an HTTP header can carry ``text`` as it is (printable ASCII, no line break)."""
     return text.isascii() and text.isprintable()
@@ -135,6 +147,14 @@ class OpenAIJudgeConfig(Section):
             # Caught here, it is a config error (exit 2), not an httpx traceback at start-up.
             raise ValueError(f"base_url is not a usable URL: {problem} "
                              f"(got {redact_url(self.base_url)!r})")
+        endpoint = _endpoint_in_url(self.base_url)
+        if endpoint is not None:
+            # The judge adds the endpoint's path itself: every request went to
+            # .../chat/completions/chat/completions and got a 404, while check-config
+            # called the configuration valid.
+            raise ValueError(f"base_url ends with the endpoint path {endpoint!r}: give the "
+                             f"base it is under (e.g. https://api.openai.com/v1); the judge "
+                             f"adds the path of its `api` (chat: /chat/completions)")
         # What httpx cannot send fails every request (a line break: a transport error,
         # retried until the deadline) or crashes start-up (non-ASCII): say so here, naming
         # the header, never its value (which may be a key).
