@@ -8,6 +8,7 @@ drains them, commits, and exits 0 within the shutdown timeout.
 from __future__ import annotations
 
 import asyncio
+import select
 import signal
 import socket
 import subprocess
@@ -272,9 +273,9 @@ async def test_sigterm_cuts_a_connection_attempt_that_gets_no_answer(tmp_path: P
         log = tmp_path / "worker.log"
         proc = spawn_worker(config, log=log)
         try:
-            await wait_for(lambda: _log_has(log, "worker_starting"), timeout=30,
-                           what="the worker to start connecting")
-            await asyncio.sleep(1.0)  # the attempt is under way, waiting for an answer
+            # Readable when a connection waits in the backlog: the attempt is under way.
+            await wait_for(lambda: select.select([silent], [], [], 0)[0], timeout=30,
+                           what="the worker's connection attempt")
             started = time.monotonic()
             proc.send_signal(signal.SIGTERM)
             code = await _exit_code(proc, 30)
