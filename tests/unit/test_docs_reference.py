@@ -31,8 +31,9 @@ from evalstream.config import (
     WorkerSettings,
 )
 from evalstream.config.drift import DriftSettings
-from evalstream.config.kafka import KafkaSettings, TopicSettings
+from evalstream.config.kafka import KafkaSettings
 from evalstream.config.routes import SamplingSettings
+from evalstream.config.topics import TopicSettings
 from evalstream.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
