@@ -71,6 +71,14 @@ BAD = {
                               "sasl_username is required"),
     "unknown kafka extra": ("kafka:\n  bootstrap_servers: {bs}\n  extra: {{bogus_option: 1}}\n",
                             "kafka.extra"),
+    # Backfill start times: a naive one is ambiguous, a future one would re-score nothing.
+    "naive start_from": ("kafka:\n  bootstrap_servers: {bs}\n"
+                         "  start_from: 2026-11-29T00:00:00\n",
+                         "kafka.start_from: Input should have timezone info"),
+    "future start_from": ("kafka:\n  bootstrap_servers: {bs}\n"
+                          "  start_from: 2999-01-01T00:00:00Z\n",
+                          "kafka.start_from: Value error, 2999-01-01T00:00:00+00:00 is in the "
+                          "future"),
     # A topic no input consumes: the route would silently never match.
     "route topic not consumed": ("kafka:\n  bootstrap_servers: {bs}\n"
                                  "inputs: [{{topic: llm.traces}}]\n"

@@ -7,6 +7,7 @@ import shutil
 import ssl
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -301,3 +302,45 @@ def test_a_sasl_password_from_the_environment_alone_is_left_alone(
     # A platform may export it whatever the protocol: only an explicit choice is refused.
     monkeypatch.setenv("EVALSTREAM_KAFKA__SASL_PASSWORD", "pw")
     assert load_settings(None).kafka.security_protocol == "PLAINTEXT"
+
+
+# --- kafka.start_from (backfill) ---------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # Unquoted, YAML itself reads a timestamp (timezone-aware when it has one).
+    ("2026-11-29T00:00:00Z", datetime(2026, 11, 29, tzinfo=UTC)),
+    ("'2026-11-29T01:00:00+01:00'", datetime(2026, 11, 29, tzinfo=UTC)),
+    ("2026-11-29 00:00:00.5+00:00", datetime(2026, 11, 29, 0, 0, 0, 500_000, tzinfo=UTC)),
+])
+def test_start_from_takes_an_iso_time_with_a_timezone(text: str, expected: datetime,
+                                                      tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(f"kafka:\n  start_from: {text}\n", encoding="utf-8")
+    assert load_settings(path).kafka.start_from == expected
+
+
+def test_start_from_defaults_to_none_and_comes_from_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings(None).kafka.start_from is None
+    monkeypatch.setenv("EVALSTREAM_KAFKA__START_FROM", "2026-11-29T00:00:00Z")
+    assert load_settings(None).kafka.start_from == datetime(2026, 11, 29, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("2026-11-29T00:00:00", "kafka.start_from: Input should have timezone info"),
+    ("-24h", "kafka.start_from: "),  # no relative form: it would move with every restart
+    ("1969-12-31T23:59:59Z", "kafka.start_from: .* is before 1970"),
+])
+def test_start_from_refuses_a_naive_relative_or_pre_epoch_time(value: str,
+                                                               message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(None, kafka={"start_from": value})
+
+
+def test_start_from_may_be_a_little_ahead_but_not_in_the_future() -> None:
+    # A minute of clock skew between whoever wrote the config and the worker is allowed.
+    soon = datetime.now(UTC) + timedelta(seconds=30)
+    assert load_settings(None, kafka={"start_from": soon}).kafka.start_from == soon
+    later = datetime.now(UTC) + timedelta(minutes=5)
+    with pytest.raises(ConfigError, match=r"kafka\.start_from: .* is in the future"):
+        load_settings(None, kafka={"start_from": later.isoformat()})

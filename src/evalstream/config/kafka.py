@@ -8,10 +8,11 @@ import ipaddress
 import os
 import re
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import AwareDatetime, Field, SecretStr, field_validator, model_validator
 
 from evalstream.config.secret_files import read_secret_file
 from evalstream.config.section import Section
@@ -58,6 +59,10 @@ _OWNED = {
 
 #: Mechanisms authenticated with sasl_username + a password.
 _PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+#: How far in the future ``start_from`` may be: clocks of the writer of the config and of
+#: the worker may differ a little; further is a mistake (the group would skip everything).
+_CLOCK_SKEW = timedelta(minutes=1)
 
 
 #: A host name as Kafka clients take it (letters, digits, '.', '-'; '_' in some DNS names).
@@ -125,6 +130,12 @@ class KafkaSettings(Section):
     client_id: str = "evalstream"
     group_id: str = "evalstream"
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    #: Backfill: partitions with no committed offset in ``group_id`` start at their first
+    #: record stamped at or after this time (ISO 8601 with a timezone, e.g.
+    #: 2026-11-29T00:00:00Z) instead of ``auto_offset_reset``; at their end when there is
+    #: none. Partitions with a committed offset resume from it, so a restart never rewinds.
+    #: An absolute time only: a relative one ("-24h") would move with every restart.
+    start_from: AwareDatetime | None = None
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
     sasl_username: str | None = None
@@ -170,6 +181,19 @@ class KafkaSettings(Section):
             if problem is not None:
                 raise ValueError(f"{problem} ({_BOOTSTRAP_FORM})")
         return servers
+
+    @field_validator("start_from")
+    @classmethod
+    def _start_from_not_in_future(cls, when: datetime | None) -> datetime | None:
+        # A time in the future starts every partition at its end: the backfill would
+        # re-score nothing and look successful. Before 1970 the broker cannot be asked.
+        if when is None:
+            return None
+        if when > datetime.now(UTC) + _CLOCK_SKEW:
+            raise ValueError(f"{when.isoformat()} is in the future")
+        if when < datetime(1970, 1, 1, tzinfo=UTC):
+            raise ValueError(f"{when.isoformat()} is before 1970-01-01T00:00:00Z")
+        return when
 
     @field_validator("sasl_password_file", "ssl_cafile", "ssl_certfile", "ssl_keyfile")
     @classmethod
