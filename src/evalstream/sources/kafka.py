@@ -10,7 +10,7 @@ batch's base offset + 1 (short of the end), so the larger of the two counts.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -31,6 +31,7 @@ from evalstream.errors import SourceError
 from evalstream.events import Record
 from evalstream.logging import get_logger
 from evalstream.sources.base import TP, RebalanceHandler
+from evalstream.sources.kafka_start import start_positions
 
 __all__ = ["KafkaSource"]
 
@@ -39,6 +40,9 @@ log = get_logger(__name__)
 _BACKOFF_S = 0.5
 #: How long ``lag`` waits for the end offsets of paused partitions.
 _END_OFFSETS_TIMEOUT_S = 2.0
+#: How long the start offsets of ``kafka.start_from`` may take (retrying transient errors):
+#: the rebalance waits for them, so not ``connect_timeout_s``.
+_START_LOOKUP_TIMEOUT_S = 30.0
 #: Consumer errors that waiting cannot fix: the worker stops (exit 1) naming them.
 _PERMANENT = (TopicAuthorizationFailedError, GroupAuthorizationFailedError,
               ClusterAuthorizationFailedError, InvalidSessionTimeoutError,
@@ -46,14 +50,18 @@ _PERMANENT = (TopicAuthorizationFailedError, GroupAuthorizationFailedError,
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
-    def __init__(self, handler: RebalanceHandler) -> None:
+    def __init__(self, handler: RebalanceHandler,
+                 position: Callable[[Sequence[TopicPartition]], Awaitable[None]]) -> None:
         self._handler = handler
+        self._position = position
 
     async def on_partitions_revoked(self, revoked: Sequence[TopicPartition]) -> None:
         if revoked:
             await self._handler.on_revoked([(tp.topic, tp.partition) for tp in revoked])
 
     async def on_partitions_assigned(self, assigned: Sequence[TopicPartition]) -> None:
+        # Positions first: aiokafka calls this before it fetches from ``assigned``.
+        await self._position(assigned)
         await self._handler.on_assigned([(tp.topic, tp.partition) for tp in assigned])
 
 
@@ -71,6 +79,8 @@ class KafkaSource:
         self._consumer: AIOKafkaConsumer | None = None
         self._connected = False
         self._reachable = True
+        #: Why the partitions could not be positioned (``start_from``); ``poll`` raises it.
+        self._failure: SourceError | None = None
 
     @property
     def connected(self) -> bool:
@@ -137,7 +147,7 @@ class KafkaSource:
         except BaseException:  # failed, or start-up's deadline cancelled it: close it
             await consumer.stop()
             raise
-        consumer.subscribe(self._topics, listener=_Listener(handler))
+        consumer.subscribe(self._topics, listener=_Listener(handler, self._position))
         self._consumer = consumer
         self._connected = self._reachable = True
 
@@ -152,8 +162,41 @@ class KafkaSource:
             # fetcher): a config error (exit 2), not a traceback.
             raise refused_option("consumer", exc) from exc
 
+    async def _position(self, assigned: Sequence[TopicPartition]) -> None:
+        """Seek the assigned partitions that have no committed offset to ``start_from``.
+
+        On failure the partitions stay paused and ``poll`` raises: falling back to
+        ``auto_offset_reset`` would re-score the whole topic (earliest) or skip the window
+        (latest), and the offsets it commits would make ``start_from`` ignored from then on.
+        """
+        start_from, consumer = self._settings.start_from, self._consumer
+        if start_from is None or consumer is None or not assigned:
+            return
+        tps = sorted(assigned)
+        # Paused before the first await: aiokafka's fetcher runs meanwhile and would hand
+        # out records from auto_offset_reset's position.
+        consumer.pause(*tps)
+        try:
+            starts = await start_positions(consumer, tps, start_from, _START_LOOKUP_TIMEOUT_S)
+        except SourceError as exc:
+            log.error("start_from_lookup_failed", error=str(exc))
+            self._failure = exc
+            return
+        for tp, start in sorted(starts.items()):
+            consumer.seek(tp, start.offset)
+            log.info("partition_start_from", partition=f"{tp.topic}:{tp.partition}",
+                     offset=start.offset, chosen_by=start.how,
+                     start_from=start_from.isoformat())
+        consumer.resume(*tps)
+
     async def poll(self, timeout_s: float, max_records: int) -> Mapping[TP, Sequence[Record]]:
-        """The next records by partition; empty on timeout or after a transient error."""
+        """The next records by partition; empty on timeout or after a transient error.
+
+        Raises:
+            SourceError: a permanent consumer error, or ``start_from`` could not be applied.
+        """
+        if self._failure is not None:
+            raise self._failure
         consumer = self._consumer
         if consumer is None:
             return {}
