@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = sub.add_parser("run", help="run the streaming worker")
     run.add_argument("--config", "-c", help="YAML config file (EVALSTREAM_* env vars override)")
+    run.add_argument("--until-caught-up", action="store_true",
+                     help="stop (exit 0) once every assigned partition is committed up to "
+                          "the end offset it had when assigned (a backfill Job)")
     check = sub.add_parser("check-config", help="validate a config and print it, secrets masked")
     check.add_argument("config", help="YAML config file")
     sub.add_parser("list-evaluators", help="list the available evaluators")
@@ -81,7 +84,7 @@ def _run(args: argparse.Namespace) -> int:
         try:
             # run_worker builds judges, evaluators and decoders before connecting anything,
             # so a bad evaluator parameter fails here with code 2.
-            return _run_loop(run_worker(settings))
+            return _run_loop(run_worker(settings, until_caught_up=args.until_caught_up))
         except ConfigError as exc:
             return _config_error(exc)
 

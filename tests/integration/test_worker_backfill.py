@@ -9,7 +9,11 @@ then agrees with the records' CreateTime (see tools/probe_offsets_for_times.py).
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -17,13 +21,16 @@ from prometheus_client import CollectorRegistry
 
 from evalstream.app.worker import Worker
 from tests.integration.workerkit import (
+    REPO,
     Topics,
     committed,
+    config_dict,
     event_json,
     results,
     running,
     settings_for,
     wait_for,
+    write_config,
 )
 from tests.support.broker import Broker
 
@@ -138,3 +145,34 @@ async def test_start_from_after_every_record_starts_at_the_end(broker: Broker) -
             return all(got[p] >= end for p, end in ends.items())
         await wait_for(at_end, timeout=20, what="the group to commit the new records")
     assert _event_ids(await results(broker.bootstrap, topics.results)) == _names(range(6, 8))
+
+
+async def test_a_backfill_job_ends_by_itself_once_caught_up(broker: Broker,
+                                                             tmp_path: Path) -> None:
+    # `run --until-caught-up` as a Kubernetes Job would run it: exit 0 once every partition
+    # is committed up to the end it had when assigned.
+    topics = Topics.fresh("backfill-job")
+    await topics.create(broker.bootstrap, partitions=PARTITIONS)
+    await _produce(broker.bootstrap, topics.inputs, range(4))
+    await asyncio.sleep(_APART_S)
+    start = datetime.now(UTC)
+    await asyncio.sleep(_APART_S)
+    ends = await _produce(broker.bootstrap, topics.inputs, range(4, 10))
+    config = write_config(tmp_path / "job.yaml", config_dict(
+        broker.bootstrap, topics, kafka={**_KAFKA, "start_from": start}))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "evalstream", "run", "--until-caught-up", "--config",
+        str(config), env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _, stderr = await asyncio.wait_for(proc.communicate(), timeout=40)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    log = stderr.decode()
+    assert proc.returncode == 0, log
+    assert '"caught_up"' in log
+    assert log.count('"partition_start_from"') == PARTITIONS
+    got = await committed(broker.bootstrap, topics.group, topics.inputs, PARTITIONS)
+    assert got == ends
+    assert _event_ids(await results(broker.bootstrap, topics.results)) == _names(range(4, 10))

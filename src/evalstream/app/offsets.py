@@ -140,6 +140,11 @@ class OffsetTracker:
                 out[tp] = position
         return out
 
+    def committed_offset(self, tp: TP) -> int | None:
+        """The last offset committed for ``tp`` since it was assigned, if any."""
+        part = self._parts.get(tp)
+        return None if part is None else part.committed
+
     def committed(self, offsets: dict[TP, int]) -> None:
         """Record that ``offsets`` were committed."""
         for tp, position in offsets.items():

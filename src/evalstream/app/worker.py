@@ -28,6 +28,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from evalstream import __version__
+from evalstream.app.caught_up import CaughtUp, watch_caught_up
 from evalstream.app.checks import check_kafka_clients, check_route_topics, check_watch_labels
 from evalstream.app.commits import Committer
 from evalstream.app.health import (
@@ -71,6 +72,8 @@ log = get_logger(__name__)
 
 _POLL_TIMEOUT_S = 0.5
 _LAG_INTERVAL_S = 1.0
+#: How often ``--until-caught-up`` checks whether every partition is done.
+_CAUGHT_UP_INTERVAL_S = 0.5
 #: How often the broker is asked whether it still answers (readiness follows the answer).
 _CONNECTION_CHECK_S = 5.0
 _UNASSIGNED_WARNING_S = 60.0
@@ -120,6 +123,7 @@ class Worker:
         source: Source | None = None,
         sink: Sink | None = None,
         observers: Sequence[ResultObserver] = (),
+        until_caught_up: bool = False,
     ) -> None:
         check_route_topics(settings)
         self.settings = settings
@@ -144,6 +148,8 @@ class Worker:
                                    self.metrics.registry, self.not_ready)
         self.tracker = OffsetTracker()
         self.committer = Committer(self.tracker, self.source, self.metrics)
+        #: ``run --until-caught-up``: stop once every partition is done up to its end.
+        self.caught_up = CaughtUp(self.source, self.tracker) if until_caught_up else None
 
         self.slots = InFlight(settings.worker.max_in_flight, self.source, self.metrics)
         self._dl_slots = asyncio.Semaphore(_DEAD_LETTER_CONCURRENCY)
@@ -229,6 +235,10 @@ class Worker:
                                              self._fail), name=f"observer-{i}")
             for i, obs in enumerate(self.observers)
         ]
+        if self.caught_up is not None:
+            background.append(asyncio.create_task(
+                watch_caught_up(self.caught_up, self.request_stop, _CAUGHT_UP_INTERVAL_S),
+                name="caught-up"))
         consume = asyncio.create_task(self._consume(), name="consume")
         consume.add_done_callback(self._consume_done)
         log.info("worker_started", port=self.health.port)
@@ -297,6 +307,8 @@ class Worker:
         self._generation += 1
         self.tracker.assign(tps)
         self.slots.assigned()
+        if self.caught_up is not None:  # before anything is fetched from them
+            await self.caught_up.assigned(tps)
         log.info("partitions_assigned", partitions=[f"{t}:{p}" for t, p in sorted(tps)])
 
     async def on_revoked(self, tps: Sequence[TP]) -> None:

@@ -69,6 +69,14 @@ class Source(Protocol):
         """Messages behind the high watermark per assigned partition (where known)."""
         ...
 
+    async def end_offsets(self, tps: Sequence[TP]) -> dict[TP, int]:
+        """The offsets the next records of ``tps`` will get (those that answered in time)."""
+        ...
+
+    async def positions(self, tps: Sequence[TP]) -> dict[TP, int]:
+        """The next offsets to fetch from the assigned ``tps`` (those known in time)."""
+        ...
+
     async def stop(self) -> None:
         """Leave the group and close."""
         ...

@@ -104,6 +104,23 @@ class MemorySource:
         """Records not yet handed out, per partition."""
         return {tp: len(q) - self._positions[tp] for tp, q in self._queues.items()}
 
+    async def end_offsets(self, tps: Sequence[TP]) -> dict[TP, int]:
+        """One past each partition's last record (0 when empty)."""
+        return {tp: self._queues[tp][-1].offset + 1 if self._queues.get(tp) else 0
+                for tp in tps if tp in self._queues}
+
+    async def positions(self, tps: Sequence[TP]) -> dict[TP, int]:
+        """The offset of each partition's next record to hand out."""
+        out: dict[TP, int] = {}
+        for tp in tps:
+            queue = self._queues.get(tp)
+            if queue is None:
+                continue
+            i = self._positions[tp]
+            out[tp] = queue[i].offset if i < len(queue) else (queue[-1].offset + 1 if queue
+                                                              else 0)
+        return out
+
     async def stop(self) -> None:
         """Disconnect."""
         self._connected = False

@@ -1,0 +1,64 @@
+"""``run --until-caught-up``: the worker stops by itself, exit 0, once every partition is
+committed up to the end it had when assigned; records written later do not keep it going."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client import CollectorRegistry
+
+from evalstream.app.worker import Worker
+from evalstream.sinks.memory import MemorySink
+from evalstream.sources.memory import MemorySource
+from tests.unit.pipeline_doubles import JUDGES, raw, settings
+
+TP0 = ("traces", 0)
+TP1 = ("traces", 1)
+
+
+def _worker(source: MemorySource, *, until_caught_up: bool) -> tuple[Worker, MemorySink]:
+    sink = MemorySink()
+    worker = Worker(settings(), registry=CollectorRegistry(), judges=JUDGES, source=source,
+                    sink=sink, until_caught_up=until_caught_up)
+    return worker, sink
+
+
+async def _trickle(source: MemorySource, first: int) -> None:
+    """Live traffic: a record every few milliseconds, for ever."""
+    i = first
+    while True:
+        await asyncio.sleep(0.005)
+        source.add(raw(i, partition=0))
+        i += 2
+
+
+async def test_stops_once_committed_to_the_ends_it_had_at_assignment() -> None:
+    source = MemorySource([raw(i, partition=i % 2) for i in range(10)])
+    worker, sink = _worker(source, until_caught_up=True)
+    ready = asyncio.Event()
+    run = asyncio.create_task(worker.run(ready))
+    await asyncio.wait_for(ready.wait(), 5)
+    trickle = asyncio.create_task(_trickle(source, 10))
+    try:
+        code = await asyncio.wait_for(run, 10)
+    finally:
+        trickle.cancel()
+    assert code == 0
+    assert source.committed[TP0] >= 9  # offsets 0, 2 ... 8
+    assert source.committed[TP1] == 10  # offsets 1, 3 ... 9
+    assert {f"e{i}" for i in range(10)} <= {r.event_id for r in sink.results}
+
+
+async def test_without_the_flag_the_worker_keeps_running() -> None:
+    source = MemorySource([raw(i) for i in range(3)])
+    worker, _ = _worker(source, until_caught_up=False)
+    run = asyncio.create_task(worker.run())
+    try:
+        async with asyncio.timeout(5):
+            while source.committed.get(TP0) != 3:
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(1.0)  # two checks' worth (0.5 s apart) if it were on
+        assert not run.done()
+    finally:
+        worker.request_stop()
+    assert await asyncio.wait_for(run, 10) == 0
