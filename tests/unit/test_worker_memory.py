@@ -552,7 +552,7 @@ async def test_nothing_grows_with_varied_traffic_or_rebalances() -> None:
 
     def sizes() -> tuple[int, ...]:
         engine = monitor.engine  # type: ignore[attr-defined]
-        return (_series(worker), len(worker._tasks), worker.tracker.pending(),
+        return (_series(worker), len(worker.message_path._tasks), worker.tracker.pending(),
                 len(worker.tracker._parts[TP0].remaining), len(engine._keys),
                 len(worker.pipeline._skip_counters))
 

@@ -1,18 +1,17 @@
-"""The streaming worker: consume, decode, sample, evaluate, publish, commit.
+"""The streaming worker's lifecycle: build, connect, readiness, rebalances, stop.
 
 Lifecycle (``Worker.run``): start the HTTP server (so /healthz answers while the broker is
-still being reached), then connect the sink, then the source; run the consume loop, the
-commit loop, the lag / connection / readiness watchers and the observers until stopped;
-then stop in three steps: end intake, drain in-flight work up to
-``worker.shutdown_timeout_s``, then finish within one shared budget (``_CLOSE_BUDGET_S``):
-the observers' last step, flush the producer, commit, and close everything in reverse
-start order.
+still being reached), then connect the sink, then the source; run the message path (the
+consume loop, ``app/message_path.py``), the commit loop, the lag / connection / readiness
+watchers and the observers until stopped; then stop in three steps: end intake, drain
+in-flight work up to ``worker.shutdown_timeout_s``, then finish within one shared budget
+(``_CLOSE_BUDGET_S``): the observers' last step, flush the producer, commit, and close
+everything in reverse start order.
 
-Delivery is at-least-once. A message's offset completes when every result of it (or its
-dead letter) has been acknowledged by the broker, or when it produced no work (skipped);
-commits go only up to the lowest incomplete offset per partition (``OffsetTracker``).
-In-flight evaluations are bounded by ``worker.max_in_flight`` slots (``InFlight``); when
-none is free the consumer pauses its partitions instead of buffering.
+The worker is the source's rebalance handler: each assignment or revocation starts a new
+generation of the message path; a revoke first gives the partitions' in-flight work a
+bounded time to finish, then commits them. How messages become results, dead letters and
+committed offsets (at-least-once, with backpressure) is told in ``app/message_path.py``.
 """
 
 from __future__ import annotations
@@ -22,9 +21,7 @@ import contextlib
 import gc
 from collections.abc import Mapping, Sequence
 from typing import Any
-from zlib import crc32
 
-import structlog
 from prometheus_client import CollectorRegistry
 
 from evalstream import __version__
@@ -39,28 +36,20 @@ from evalstream.app.health import (
     watch_readiness,
 )
 from evalstream.app.inflight import InFlight
-from evalstream.app.intake import SAMPLED_OUT, BatchCounts, Intake
+from evalstream.app.intake import Intake
+from evalstream.app.message_path import MessagePath
 from evalstream.app.observers import ResultObserver, drift_observer, run_observer
-from evalstream.app.offsets import TP, OffsetTracker, PartitionState
+from evalstream.app.offsets import TP, OffsetTracker
 from evalstream.app.outputs import Outputs
-from evalstream.app.pipeline import Pipeline, Planned
+from evalstream.app.pipeline import Pipeline
 from evalstream.app.signals import install_stop_signals
 from evalstream.app.waits import SharedDeadline, unless_set, wait_set
 from evalstream.config import Settings
-from evalstream.errors import (
-    ConfigError,
-    DecodeError,
-    OutputRejectedError,
-    OutputTopicMissingError,
-    SinkError,
-    SourceError,
-)
-from evalstream.events import EvalResult, Record, TraceEvent
+from evalstream.errors import ConfigError, OutputTopicMissingError, SinkError, SourceError
 from evalstream.judges.base import Judge
 from evalstream.judges.registry import build_judges, close_judges
 from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
-from evalstream.sampling import SCALE
 from evalstream.sinks.base import Sink
 from evalstream.sinks.kafka import KafkaSink
 from evalstream.sources.base import Source
@@ -70,14 +59,12 @@ __all__ = ["Worker", "run_worker"]
 
 log = get_logger(__name__)
 
-_POLL_TIMEOUT_S = 0.5
 _LAG_INTERVAL_S = 1.0
 #: How often ``--until-caught-up`` checks whether every partition is done.
 _CAUGHT_UP_INTERVAL_S = 0.5
 #: How often the broker is asked whether it still answers (readiness follows the answer).
 _CONNECTION_CHECK_S = 5.0
 _UNASSIGNED_WARNING_S = 60.0
-_DEAD_LETTER_CONCURRENCY = 64
 #: The steps after the drain (the observers' last step, flush, final commit, closing each
 #: client) share this budget: with the broker unreachable each would wait out its own
 #: timeout (aiokafka retries commits forever), and the chart's grace period leaves 15 s
@@ -152,11 +139,12 @@ class Worker:
         self.caught_up = CaughtUp(self.source, self.tracker) if until_caught_up else None
 
         self.slots = InFlight(settings.worker.max_in_flight, self.source, self.metrics)
-        self._dl_slots = asyncio.Semaphore(_DEAD_LETTER_CONCURRENCY)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.message_path = MessagePath(
+            max_poll_records=settings.kafka.max_poll_records, source=self.source,
+            intake=self.intake, pipeline=self.pipeline, outputs=self.outputs,
+            tracker=self.tracker, committer=self.committer, slots=self.slots, fail=self._fail)
         self._stop = asyncio.Event()
         self._observers_stop = asyncio.Event()
-        self._generation = 0
         self._closing = False
         self._started = False
         self._fatal: BaseException | None = None
@@ -239,7 +227,7 @@ class Worker:
             background.append(asyncio.create_task(
                 watch_caught_up(self.caught_up, self.request_stop, _CAUGHT_UP_INTERVAL_S),
                 name="caught-up"))
-        consume = asyncio.create_task(self._consume(), name="consume")
+        consume = asyncio.create_task(self.message_path.consume(), name="consume")
         consume.add_done_callback(self._consume_done)
         log.info("worker_started", port=self.health.port)
         await self._stop.wait()
@@ -304,7 +292,7 @@ class Worker:
 
     async def on_assigned(self, tps: Sequence[TP]) -> None:
         """Track the new partitions; keep them paused while intake is paused."""
-        self._generation += 1
+        self.message_path.rebalanced()
         self.tracker.assign(tps)
         self.slots.assigned()
         if self.caught_up is not None:  # before anything is fetched from them
@@ -313,7 +301,7 @@ class Worker:
 
     async def on_revoked(self, tps: Sequence[TP]) -> None:
         """Give in-flight work of ``tps`` a bounded time to finish, commit, forget them."""
-        self._generation += 1
+        self.message_path.rebalanced()
         if not self._closing:
             deadline = min(self.settings.worker.shutdown_timeout_s,
                            self.settings.kafka.session_timeout_ms / 2000)
@@ -325,197 +313,6 @@ class Worker:
         self.tracker.revoke(tps)
         log.info("partitions_revoked", partitions=[f"{t}:{p}" for t, p in sorted(tps)],
                  abandoned=abandoned)
-
-    # --- intake -----------------------------------------------------------------------
-
-    async def _consume(self) -> None:
-        max_records = self.settings.kafka.max_poll_records
-        source, slots = self.source, self.slots
-        while True:
-            if slots.full:
-                await self._wait_for_capacity()
-                continue
-            if slots.paused:
-                slots.set_paused(False)
-            records = await source.poll(_POLL_TIMEOUT_S, max_records)
-            if records:
-                await self._handle_batch(records)
-
-    async def _wait_for_capacity(self) -> None:
-        await self.slots.wait_freed(1.0)
-        # Partitions are paused, so this returns nothing, but it keeps the consumer polling
-        # (aiokafka leaves the group when it is not polled for max_poll_interval_ms).
-        records = await self.source.poll(0.0, 1)
-        if records:
-            await self._handle_batch(records)
-
-    async def _handle_batch(self, batch: Mapping[TP, Sequence[Record]]) -> None:
-        generation = self._generation
-        intake, tracker = self.intake, self.tracker
-        intake.consumed(batch)
-        counts = BatchCounts()
-        limit, seed = intake.key_limit, intake.key_seed
-        sampled_out = intake.sampled_out
-        # Per partition, in offset order. Messages that produce no work are not tracked one
-        # by one: once a partition's records are handled, one ``advance`` covers them all.
-        for tp, group in batch.items():
-            if generation != self._generation:
-                break  # a rebalance happened: the rest of this batch may be stale
-            if not tracker.is_assigned(tp) or not group:
-                continue
-            # The path most messages take at low rates, as one comprehension: with
-            # ``sampling.key: message_key`` a CRC of the key (nothing decoded), else the
-            # decoder's probe (checked, hashed, nothing built). What is left is decoded.
-            work: Sequence[Record]
-            if limit is not None:
-                work = [r for r in group if not (k := r.key) or crc32(k, seed) < limit]
-                counts.sampled_out += len(group) - len(work)
-            elif sampled_out is not None:
-                work = [r for r in group if not sampled_out(r)]
-                counts.sampled_out += len(group) - len(work)
-                counts.decoded[tp[0]] += len(group) - len(work)
-            else:
-                work = group
-            if await self._handle_records(work, tp, generation, counts):
-                tracker.advance(tp, group[-1].offset + 1)
-            else:
-                break
-        intake.flush(counts)
-
-    async def _handle_records(self, records: Sequence[Record], tp: TP, generation: int,
-                              counts: BatchCounts) -> bool:
-        """Decode and dispatch one partition's records; False if a rebalance cut it short."""
-        intake = self.intake
-        limit, seed = intake.key_limit, intake.key_seed
-        for record in records:
-            fraction = None
-            if limit is not None and (key := record.key):
-                fraction = crc32(key, seed) / SCALE  # sampled on its key, planned with it
-            try:
-                decoded = intake.decode(record, presampled=fraction is not None)
-            except DecodeError as exc:
-                await self._dead_letter(record, tp, exc.reason, str(exc))
-                if generation != self._generation:
-                    return False
-                continue
-            if decoded is SAMPLED_OUT:
-                counts.sampled_out += 1
-                counts.decoded[record.topic] += 1
-                continue
-            if decoded.skipped:
-                counts.skipped.update(decoded.skipped)
-            events = decoded.events
-            if not events:
-                continue
-            counts.decoded[record.topic] += len(events)
-            await self._dispatch(record, tp, events, fraction)
-            if generation != self._generation:
-                return False
-        return True
-
-    async def _dispatch(self, record: Record, tp: TP, events: list[TraceEvent],
-                        fraction: float | None = None) -> None:
-        """Plan the events' evaluations, track the offset, start them within the bound.
-
-        ``fraction`` is the sampling position taken from the message key, if any.
-        """
-        plan = self.pipeline.plan
-        if len(events) == 1:
-            event = events[0]
-            work = [(event, p) for p in plan(event, record.topic, fraction)]
-        else:
-            work = [(e, p) for e in events for p in plan(e, record.topic, fraction)]
-        state = self.tracker.track(tp, record.offset, len(work))
-        if state is None:
-            return
-        generation = self._generation
-        slots = self.slots
-        for started, (event, planned) in enumerate(work):
-            await slots.acquire()
-            if generation != self._generation:
-                # Rebalanced while waiting for a slot: the partition's new owner (maybe us,
-                # with fresh state) redoes this message; its remaining work is abandoned,
-                # so the revoke waits only for what did start.
-                slots.release()
-                self.tracker.abandon(state, record.offset, len(work) - started)
-                self.committer.progressed()
-                return
-            task = asyncio.create_task(
-                self._evaluate(state, record.offset, event, planned))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    # --- work ---------------------------------------------------------------------------
-
-    async def _evaluate(self, state: PartitionState, offset: int, event: TraceEvent,
-                        planned: Planned) -> None:
-        # Each task runs in its own copy of the context, so what is bound here is seen by
-        # every log line of this evaluation and needs no unbinding.
-        structlog.contextvars.bind_contextvars(
-            topic=state.tp[0], partition=state.tp[1], offset=offset, event_id=event.event_id)
-        pipeline = self.pipeline
-        try:
-            result = await pipeline.run(event, planned)
-            if result is not None:
-                await self.outputs.result(result)
-                self._record(planned, result)
-        except SinkError as exc:
-            self._fail(exc)
-            return
-        except Exception as exc:
-            # The broker refused this result for good (e.g. too large), or a bug past the
-            # pipeline's own guards (e.g. a plugin's ``details`` that JSON cannot hold).
-            # Publishing the error instead keeps the offset from being held forever, which
-            # would freeze the partition's commits (or, stopping, crash on every restart).
-            if isinstance(exc, OutputRejectedError):
-                log.warning("result_rejected", error=str(exc))
-                why = f"result rejected: {exc}"
-            else:
-                log.error("evaluation_crashed", error_type=type(exc).__name__)
-                why = f"internal error: {type(exc).__name__}"
-            try:
-                failed = pipeline.failed(event, planned, why)
-                await self.outputs.result(failed)
-                self._record(planned, failed)
-            except Exception as again:
-                self._fail(again)
-                return
-        finally:
-            self.slots.release()
-        self.tracker.done(state, offset)
-        self.committer.progressed()
-
-    def _record(self, planned: Planned, result: EvalResult) -> None:
-        """Count a published result; a failure here must not publish it a second time."""
-        try:
-            self.pipeline.record(planned, result)
-        except Exception as exc:
-            log.error("result_count_failed", error_type=type(exc).__name__)
-
-    async def _dead_letter(self, record: Record, tp: TP, reason: str, error: str) -> None:
-        with structlog.contextvars.bound_contextvars(
-                topic=record.topic, partition=record.partition, offset=record.offset):
-            log.warning("dead_letter", reason=reason, error=error,
-                        size=len(record.value) if record.value is not None else None)
-        state = self.tracker.track(tp, record.offset, 1)
-        if state is None:
-            return
-        await self._dl_slots.acquire()
-        task = asyncio.create_task(self._publish_dead_letter(record, state, reason, error))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _publish_dead_letter(self, record: Record, state: PartitionState,
-                                   reason: str, error: str) -> None:
-        try:
-            await self.outputs.dead_letter(record, reason, error)
-        except Exception as exc:  # SinkError, or a bug: stop rather than hold the offset
-            self._fail(exc)
-            return
-        finally:
-            self._dl_slots.release()
-        self.tracker.done(state, record.offset)
-        self.committer.progressed()
 
     def _fail(self, exc: BaseException) -> None:
         """Output cannot be made durable: stop (uncommitted work is redelivered later)."""
@@ -542,14 +339,8 @@ class Worker:
         with contextlib.suppress(Exception):
             self.source.pause()
         # 2. Drain in-flight work up to the deadline.
-        timeout = self.settings.worker.shutdown_timeout_s
-        if self._tasks and self._fatal is None:
-            _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
-            if pending:
-                log.warning("drain_timeout", abandoned=len(pending), timeout_s=timeout)
-                for task in pending:
-                    task.cancel()
-                await asyncio.gather(*pending, return_exceptions=True)
+        if self._fatal is None:
+            await self.message_path.drain(self.settings.worker.shutdown_timeout_s)
         # 3. Finish: every step from here on shares one budget (see ``_CLOSE_BUDGET_S``).
         #    The observers take their last step (the drift monitor resolves its alerts).
         budget = _close_budget()
@@ -590,8 +381,7 @@ class Worker:
         self._closing = True
         if budget is None:
             budget = _close_budget()
-        for task in list(self._tasks):
-            task.cancel()
+        self.message_path.cancel()
 
         async def close_own_judges() -> None:
             if self._own_judges:

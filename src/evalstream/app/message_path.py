@@ -1,0 +1,295 @@
+"""The message path: poll, decode, sample, dispatch evaluations, dead-letter, track offsets.
+
+``MessagePath.consume`` polls the source and hands each batch through intake (the sampling
+shortcuts, then ``Intake.decode``); each event's planned evaluations run as tasks, their
+results go out through ``Outputs``; a message that cannot be decoded is dead-lettered. The
+lifecycle around it (connecting, rebalance callbacks, the three-step stop) is the
+``Worker``'s (``app/worker.py``), which builds the parts used here and drains what is left
+under way with :meth:`MessagePath.drain`.
+
+Delivery is at-least-once. A message's offset completes when every result of it (or its
+dead letter) has been acknowledged by the broker, or when it produced no work (skipped);
+commits go only up to the lowest incomplete offset per partition (``OffsetTracker``).
+In-flight evaluations are bounded by ``worker.max_in_flight`` slots (``InFlight``); when
+none is free the consumer pauses its partitions instead of buffering.
+
+Every rebalance starts a new generation (:meth:`MessagePath.rebalanced`): work taken
+before it is not started after it, since the partition may now be someone else's (or
+ours again with fresh state), and its offsets are redone by the new owner.
+
+This is the hot path: collaborators are looked up once per batch into locals, never per
+message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from zlib import crc32
+
+import structlog
+
+from evalstream.app.commits import Committer
+from evalstream.app.inflight import InFlight
+from evalstream.app.intake import SAMPLED_OUT, BatchCounts, Intake
+from evalstream.app.offsets import TP, OffsetTracker, PartitionState
+from evalstream.app.outputs import Outputs
+from evalstream.app.pipeline import Pipeline, Planned
+from evalstream.errors import DecodeError, OutputRejectedError, SinkError
+from evalstream.events import EvalResult, Record, TraceEvent
+from evalstream.logging import get_logger
+from evalstream.sampling import SCALE
+from evalstream.sources.base import Source
+
+__all__ = ["MessagePath"]
+
+log = get_logger(__name__)
+
+_POLL_TIMEOUT_S = 0.5
+_DEAD_LETTER_CONCURRENCY = 64
+
+
+class MessagePath:
+    """Takes messages from the source to evaluations, results and dead letters.
+
+    Args:
+        max_poll_records: The most records one poll returns (``kafka.max_poll_records``).
+        source: Polled for messages (and paused by ``slots`` while none is free).
+        intake: Decodes records and counts them.
+        pipeline: Plans, runs and records the evaluations of an event.
+        outputs: Where results and dead letters are published.
+        tracker: Which offsets are complete.
+        committer: Told when work completes.
+        slots: The bound on in-flight evaluations.
+        fail: Called when output cannot be made durable (the worker then stops).
+    """
+
+    def __init__(self, *, max_poll_records: int, source: Source, intake: Intake,
+                 pipeline: Pipeline, outputs: Outputs, tracker: OffsetTracker,
+                 committer: Committer, slots: InFlight,
+                 fail: Callable[[BaseException], None]) -> None:
+        self._max_poll_records = max_poll_records
+        self.source = source
+        self.intake = intake
+        self.pipeline = pipeline
+        self.outputs = outputs
+        self.tracker = tracker
+        self.committer = committer
+        self.slots = slots
+        self._fail = fail
+        self._dl_slots = asyncio.Semaphore(_DEAD_LETTER_CONCURRENCY)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._generation = 0
+
+    def rebalanced(self) -> None:
+        """Partitions were assigned or revoked: what was taken before is not started now."""
+        self._generation += 1
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the evaluations and dead letters under way; cancel
+        what is still running then (uncommitted, so redelivered)."""
+        if not self._tasks:
+            return
+        _, pending = await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        if pending:
+            log.warning("drain_timeout", abandoned=len(pending), timeout_s=timeout_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    def cancel(self) -> None:
+        """Cancel everything under way (closing: the sink is about to go)."""
+        for task in list(self._tasks):
+            task.cancel()
+
+    # --- intake -----------------------------------------------------------------------
+
+    async def consume(self) -> None:
+        """Poll and handle batches until cancelled, pausing while no slot is free."""
+        max_records = self._max_poll_records
+        source, slots = self.source, self.slots
+        while True:
+            if slots.full:
+                await self._wait_for_capacity()
+                continue
+            if slots.paused:
+                slots.set_paused(False)
+            records = await source.poll(_POLL_TIMEOUT_S, max_records)
+            if records:
+                await self._handle_batch(records)
+
+    async def _wait_for_capacity(self) -> None:
+        await self.slots.wait_freed(1.0)
+        # Partitions are paused, so this returns nothing, but it keeps the consumer polling
+        # (aiokafka leaves the group when it is not polled for max_poll_interval_ms).
+        records = await self.source.poll(0.0, 1)
+        if records:
+            await self._handle_batch(records)
+
+    async def _handle_batch(self, batch: Mapping[TP, Sequence[Record]]) -> None:
+        generation = self._generation
+        intake, tracker = self.intake, self.tracker
+        intake.consumed(batch)
+        counts = BatchCounts()
+        limit, seed = intake.key_limit, intake.key_seed
+        sampled_out = intake.sampled_out
+        # Per partition, in offset order. Messages that produce no work are not tracked one
+        # by one: once a partition's records are handled, one ``advance`` covers them all.
+        for tp, group in batch.items():
+            if generation != self._generation:
+                break  # a rebalance happened: the rest of this batch may be stale
+            if not tracker.is_assigned(tp) or not group:
+                continue
+            # The path most messages take at low rates, as one comprehension: with
+            # ``sampling.key: message_key`` a CRC of the key (nothing decoded), else the
+            # decoder's probe (checked, hashed, nothing built). What is left is decoded.
+            work: Sequence[Record]
+            if limit is not None:
+                work = [r for r in group if not (k := r.key) or crc32(k, seed) < limit]
+                counts.sampled_out += len(group) - len(work)
+            elif sampled_out is not None:
+                work = [r for r in group if not sampled_out(r)]
+                counts.sampled_out += len(group) - len(work)
+                counts.decoded[tp[0]] += len(group) - len(work)
+            else:
+                work = group
+            if await self._handle_records(work, tp, generation, counts):
+                tracker.advance(tp, group[-1].offset + 1)
+            else:
+                break
+        intake.flush(counts)
+
+    async def _handle_records(self, records: Sequence[Record], tp: TP, generation: int,
+                              counts: BatchCounts) -> bool:
+        """Decode and dispatch one partition's records; False if a rebalance cut it short."""
+        intake = self.intake
+        limit, seed = intake.key_limit, intake.key_seed
+        for record in records:
+            fraction = None
+            if limit is not None and (key := record.key):
+                fraction = crc32(key, seed) / SCALE  # sampled on its key, planned with it
+            try:
+                decoded = intake.decode(record, presampled=fraction is not None)
+            except DecodeError as exc:
+                await self._dead_letter(record, tp, exc.reason, str(exc))
+                if generation != self._generation:
+                    return False
+                continue
+            if decoded is SAMPLED_OUT:
+                counts.sampled_out += 1
+                counts.decoded[record.topic] += 1
+                continue
+            if decoded.skipped:
+                counts.skipped.update(decoded.skipped)
+            events = decoded.events
+            if not events:
+                continue
+            counts.decoded[record.topic] += len(events)
+            await self._dispatch(record, tp, events, fraction)
+            if generation != self._generation:
+                return False
+        return True
+
+    async def _dispatch(self, record: Record, tp: TP, events: list[TraceEvent],
+                        fraction: float | None = None) -> None:
+        """Plan the events' evaluations, track the offset, start them within the bound.
+
+        ``fraction`` is the sampling position taken from the message key, if any.
+        """
+        plan = self.pipeline.plan
+        if len(events) == 1:
+            event = events[0]
+            work = [(event, p) for p in plan(event, record.topic, fraction)]
+        else:
+            work = [(e, p) for e in events for p in plan(e, record.topic, fraction)]
+        state = self.tracker.track(tp, record.offset, len(work))
+        if state is None:
+            return
+        generation = self._generation
+        slots = self.slots
+        for started, (event, planned) in enumerate(work):
+            await slots.acquire()
+            if generation != self._generation:
+                # Rebalanced while waiting for a slot: the partition's new owner (maybe us,
+                # with fresh state) redoes this message; its remaining work is abandoned,
+                # so the revoke waits only for what did start.
+                slots.release()
+                self.tracker.abandon(state, record.offset, len(work) - started)
+                self.committer.progressed()
+                return
+            task = asyncio.create_task(
+                self._evaluate(state, record.offset, event, planned))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    # --- work ---------------------------------------------------------------------------
+
+    async def _evaluate(self, state: PartitionState, offset: int, event: TraceEvent,
+                        planned: Planned) -> None:
+        # Each task runs in its own copy of the context, so what is bound here is seen by
+        # every log line of this evaluation and needs no unbinding.
+        structlog.contextvars.bind_contextvars(
+            topic=state.tp[0], partition=state.tp[1], offset=offset, event_id=event.event_id)
+        pipeline = self.pipeline
+        try:
+            result = await pipeline.run(event, planned)
+            if result is not None:
+                await self.outputs.result(result)
+                self._record(planned, result)
+        except SinkError as exc:
+            self._fail(exc)
+            return
+        except Exception as exc:
+            # The broker refused this result for good (e.g. too large), or a bug past the
+            # pipeline's own guards (e.g. a plugin's ``details`` that JSON cannot hold).
+            # Publishing the error instead keeps the offset from being held forever, which
+            # would freeze the partition's commits (or, stopping, crash on every restart).
+            if isinstance(exc, OutputRejectedError):
+                log.warning("result_rejected", error=str(exc))
+                why = f"result rejected: {exc}"
+            else:
+                log.error("evaluation_crashed", error_type=type(exc).__name__)
+                why = f"internal error: {type(exc).__name__}"
+            try:
+                failed = pipeline.failed(event, planned, why)
+                await self.outputs.result(failed)
+                self._record(planned, failed)
+            except Exception as again:
+                self._fail(again)
+                return
+        finally:
+            self.slots.release()
+        self.tracker.done(state, offset)
+        self.committer.progressed()
+
+    def _record(self, planned: Planned, result: EvalResult) -> None:
+        """Count a published result; a failure here must not publish it a second time."""
+        try:
+            self.pipeline.record(planned, result)
+        except Exception as exc:
+            log.error("result_count_failed", error_type=type(exc).__name__)
+
+    async def _dead_letter(self, record: Record, tp: TP, reason: str, error: str) -> None:
+        with structlog.contextvars.bound_contextvars(
+                topic=record.topic, partition=record.partition, offset=record.offset):
+            log.warning("dead_letter", reason=reason, error=error,
+                        size=len(record.value) if record.value is not None else None)
+        state = self.tracker.track(tp, record.offset, 1)
+        if state is None:
+            return
+        await self._dl_slots.acquire()
+        task = asyncio.create_task(self._publish_dead_letter(record, state, reason, error))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _publish_dead_letter(self, record: Record, state: PartitionState,
+                                   reason: str, error: str) -> None:
+        try:
+            await self.outputs.dead_letter(record, reason, error)
+        except Exception as exc:  # SinkError, or a bug: stop rather than hold the offset
+            self._fail(exc)
+            return
+        finally:
+            self._dl_slots.release()
+        self.tracker.done(state, record.offset)
+        self.committer.progressed()
