@@ -14,6 +14,7 @@ import pytest
 import structlog
 from prometheus_client import CollectorRegistry
 
+from evalstream.app import connect as connect_module
 from evalstream.app import worker as worker_module
 from evalstream.app.worker import Worker
 from tests.integration.workerkit import Topics, running, settings_for, wait_for
@@ -52,7 +53,7 @@ async def test_a_broker_that_never_answers_is_given_up_on_at_connect_timeout(
         broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
     """A TLS client at a plaintext listener hears nothing back: aiokafka alone would wait its
     request timeout (40 s) per attempt, whatever ``kafka.connect_timeout_s`` says."""
-    monkeypatch.setattr(worker_module, "_CONNECT_ATTEMPT_MIN_S", 1.0)
+    monkeypatch.setattr(connect_module, "_CONNECT_ATTEMPT_MIN_S", 1.0)
     topics = Topics.fresh("notls")
     settings = settings_for(broker.bootstrap, topics, kafka={
         "security_protocol": "SSL", "connect_timeout_s": 2})

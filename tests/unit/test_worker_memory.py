@@ -13,6 +13,7 @@ import pytest
 import structlog
 from prometheus_client import CollectorRegistry
 
+from evalstream.app import connect as connect_module
 from evalstream.app import observers as observers_module
 from evalstream.app import worker as worker_module
 from evalstream.app.observers import PublishAlert, RecordingObserver
@@ -259,7 +260,7 @@ class _LateBroker(MemorySource):
 
 async def test_start_up_waits_for_a_broker_that_comes_up_later(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(worker_module, "_CONNECT_BACKOFF_S", 0.01)
+    monkeypatch.setattr(connect_module, "_CONNECT_BACKOFF_S", 0.01)
     source = _LateBroker([raw(0)], refusals=3)
     sink = MemorySink()
     worker = Worker(settings(), registry=CollectorRegistry(), judges=JUDGES, source=source,
@@ -275,7 +276,7 @@ async def test_start_up_waits_for_a_broker_that_comes_up_later(
 
 async def test_start_up_gives_up_after_connect_timeout(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(worker_module, "_CONNECT_BACKOFF_S", 0.01)
+    monkeypatch.setattr(connect_module, "_CONNECT_BACKOFF_S", 0.01)
     source = _LateBroker([raw(0)], refusals=10**6)
     worker = Worker(settings(kafka={"connect_timeout_s": 0.2}), registry=CollectorRegistry(),
                     judges=JUDGES, source=source, sink=MemorySink())

@@ -28,6 +28,7 @@ from evalstream import __version__
 from evalstream.app.caught_up import CaughtUp, watch_caught_up
 from evalstream.app.checks import check_kafka_clients, check_route_topics, check_watch_labels
 from evalstream.app.commits import Committer
+from evalstream.app.connect import connect
 from evalstream.app.health import (
     NO_PARTITIONS,
     HealthServer,
@@ -43,9 +44,9 @@ from evalstream.app.offsets import TP, OffsetTracker
 from evalstream.app.outputs import Outputs
 from evalstream.app.pipeline import Pipeline
 from evalstream.app.signals import install_stop_signals
-from evalstream.app.waits import SharedDeadline, unless_set, wait_set
+from evalstream.app.waits import SharedDeadline
 from evalstream.config import Settings
-from evalstream.errors import ConfigError, OutputTopicMissingError, SinkError, SourceError
+from evalstream.errors import ConfigError, SinkError, SourceError
 from evalstream.judges.base import Judge
 from evalstream.judges.registry import build_judges, close_judges
 from evalstream.logging import get_logger
@@ -74,11 +75,6 @@ _CLOSE_BUDGET_S = 12.0
 _CLOSE_STEP_S = 5.0
 #: ...and each gets at least this, even once the budget is spent (to close its sockets).
 _CLOSE_STEP_MIN_S = 0.2
-_CONNECT_BACKOFF_S = 0.5
-_CONNECT_BACKOFF_MAX_S = 10.0
-#: A connection attempt may take what is left of ``kafka.connect_timeout_s``, and at least
-#: this (a TLS and SASL handshake over a slow link), so the last one is never cut to nothing.
-_CONNECT_ATTEMPT_MIN_S = 5.0
 
 
 def _close_budget() -> SharedDeadline:
@@ -193,7 +189,7 @@ class Worker:
             # Health first: /healthz answers while the broker is still being reached, so
             # the orchestrator waits (readiness stays false) instead of restarting us.
             await self.health.start()
-            await self._connect()
+            await connect(self.sink, self.source, self, self.settings.kafka, self._stop)
         except (SourceError, SinkError, OSError) as exc:
             log.error("worker_start_failed", error=str(exc))
             await self._close()
@@ -234,59 +230,6 @@ class Worker:
         code = await self._shutdown(consume, background, observer_tasks)
         log.info("worker_stopped", exit_code=code)
         return code
-
-    async def _connect(self) -> None:
-        """Start the sink and the source, retrying an unreachable broker with backoff for
-        up to ``kafka.connect_timeout_s`` (a broker that comes up after us is normal in a
-        cluster); a stop requested meanwhile cancels the attempt under way and returns.
-
-        Raises:
-            SinkError | SourceError: still unreachable when the time is up.
-        """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.kafka.connect_timeout_s
-        backoff = _CONNECT_BACKOFF_S
-        sink_started = False
-
-        async def attempt() -> None:
-            nonlocal sink_started
-            if not sink_started:
-                await self.sink.start()
-                sink_started = True
-            await self.source.start(self)
-
-        while not self._stop.is_set():
-            # Bounded here too: a TLS client at a plaintext listener (or a firewall that
-            # drops packets) gets no answer at all, and aiokafka would wait out its
-            # request_timeout_ms (40 s by default) whatever connect_timeout_s says.
-            attempt_s = max(deadline - loop.time(), _CONNECT_ATTEMPT_MIN_S)
-            try:
-                try:
-                    async with asyncio.timeout(attempt_s):
-                        # A stop cancels the attempt (SIGTERM to a pod still starting):
-                        # waiting it out could take longer than the pod's grace period.
-                        if not await unless_set(self._stop, attempt()):
-                            return
-                except TimeoutError:
-                    raise SourceError(
-                        f"no answer from Kafka at {self.settings.kafka.bootstrap_servers} "
-                        f"within {attempt_s:.1f} s: is kafka.security_protocol the listener's "
-                        f"(SSL against a plaintext port waits like this), or are packets "
-                        f"dropped on the way?") from None
-                return
-            except (SourceError, SinkError) as exc:
-                if self._stop.is_set():
-                    return  # asked to stop meanwhile: nothing was taken, a clean exit
-                if loop.time() + backoff > deadline:
-                    raise
-                # A missing output topic waits like the broker (an operator may be creating
-                # it), but is named for what it is: the fix is a topic, not the network.
-                event = ("output_topic_missing" if isinstance(exc, OutputTopicMissingError)
-                         else "broker_unreachable")
-                log.warning(event, error=str(exc), retry_in_s=backoff)
-            if await wait_set(self._stop, backoff):
-                return
-            backoff = min(backoff * 2, _CONNECT_BACKOFF_MAX_S)
 
     # --- rebalance (RebalanceHandler) ---------------------------------------------------
 
