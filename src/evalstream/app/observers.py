@@ -1,9 +1,10 @@
 """Observers see every result once the broker has acknowledged it.
 
 The drift monitor is one; tests use :class:`RecordingObserver`. ``observe`` runs on the
-worker's hot path, so it must be synchronous and cheap (update counters, append to a
-window); anything slow belongs in ``run``, which the worker starts as a task and which
-publishes alerts through the callback it is given.
+worker's hot path (the message path, once per published result), so it must be
+synchronous and cheap (update counters, append to a window); anything slow belongs in
+``run``, which the worker starts as a task and which publishes alerts through the callback
+it is given.
 """
 
 from __future__ import annotations

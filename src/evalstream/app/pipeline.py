@@ -1,11 +1,11 @@
 """One event through sampling, routing and the evaluators of its route(s).
 
 The pipeline is transport-free: the streaming worker and the offline ``evalstream eval``
-both drive it. The worker splits the work so it can bound concurrency per evaluation and
-count only durable results: :meth:`Pipeline.plan` (pure, synchronous: sampling and
-routing, skips counted), :meth:`Pipeline.run` (one evaluator on one event, never raises
-for content) and :meth:`Pipeline.record` (counts a result's outcome once the caller has
-made it durable).
+both drive it. The worker's message path (``app/message_path.py``) splits the work so it
+can bound concurrency per evaluation and count only durable results: :meth:`Pipeline.plan`
+(pure, synchronous: sampling and routing, skips counted), :meth:`Pipeline.run` (one
+evaluator on one event, never raises for content) and :meth:`Pipeline.record` (counts a
+result's outcome once the caller has made it durable).
 :meth:`Pipeline.evaluate` does all three for callers that do not need the split.
 """
 

@@ -1,10 +1,11 @@
 """The streaming worker's lifecycle: build, connect, readiness, rebalances, stop.
 
 Lifecycle (``Worker.run``): start the HTTP server (so /healthz answers while the broker is
-still being reached), then connect the sink, then the source; run the message path (the
-consume loop, ``app/message_path.py``), the commit loop, the lag / connection / readiness
-watchers and the observers until stopped; then stop in three steps: end intake, drain
-in-flight work up to ``worker.shutdown_timeout_s``, then finish within one shared budget
+still being reached), then connect the sink, then the source (retried while the broker is
+unreachable, ``app/connect.py``); run the message path (the consume loop,
+``app/message_path.py``), the commit loop, the lag / connection / readiness watchers and
+the observers until stopped; then stop in three steps: end intake, drain in-flight work up
+to ``worker.shutdown_timeout_s``, then finish within one shared budget
 (``_CLOSE_BUDGET_S``): the observers' last step, flush the producer, commit, and close
 everything in reverse start order.
 
@@ -82,7 +83,8 @@ def _close_budget() -> SharedDeadline:
 
 
 class Worker:
-    """One worker process's streaming loop. Usable in-process (tests, the demo).
+    """One worker process: builds every part, composes the message path with the background
+    tasks, answers rebalances and readiness, and stops. Usable in-process (tests, the demo).
 
     Everything that can fail on configuration (judges, evaluators, decoders) is built in
     the constructor, so a bad config raises ``ConfigError`` before any connection is made.
