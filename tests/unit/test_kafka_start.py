@@ -4,6 +4,7 @@ failed lookup does (the broker itself is exercised in tests/integration/test_wor
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,6 +37,11 @@ class _Consumer:
         self.asked: list[TopicPartition] = []
         self.paused: set[TopicPartition] = set()
         self.seeks: dict[TopicPartition, int] = {}
+        #: Set to make ``offsets_for_times`` wait until it is set.
+        self.answer: asyncio.Event | None = None
+
+    def assignment(self) -> set[TopicPartition]:
+        return {P0, P1, P2, P3}
 
     async def committed(self, tp: TopicPartition) -> int | None:
         return self._committed.get(tp)
@@ -43,6 +49,8 @@ class _Consumer:
     async def offsets_for_times(self, query: dict[TopicPartition, int]) -> Any:
         if self.fail is not None:
             raise self.fail
+        if self.answer is not None:
+            await self.answer.wait()
         assert set(query.values()) == {AT}
         self.asked.extend(query)
         return {tp: self._found.get(tp) for tp in query}
@@ -102,6 +110,29 @@ async def test_seeks_then_resumes_when_the_lookup_answers() -> None:
     source._consumer = consumer  # type: ignore[assignment]
     await source._position([P0, P1])
     assert consumer.seeks == {P0: 4}
+    assert not consumer.paused
+
+
+async def test_intake_resuming_during_the_lookup_leaves_those_partitions_paused() -> None:
+    # Backpressure resumes every assigned partition once a slot frees, and the lookup can
+    # take seconds: the partitions being positioned then fetched from auto_offset_reset's
+    # position (earliest: records before start_from were evaluated and committed).
+    consumer = _Consumer({}, {P0: OffsetAndTimestamp(4, AT), P1: OffsetAndTimestamp(9, AT)})
+    consumer.answer = asyncio.Event()
+    consumer.paused = {P2, P3}  # paused by backpressure before the rebalance
+    source = KafkaSource(KafkaSettings(start_from=WHEN), ["traces"])
+    source._consumer = consumer  # type: ignore[assignment]
+    positioning = asyncio.create_task(source._position([P0, P1]))
+    await asyncio.sleep(0)
+    assert consumer.paused == {P0, P1, P2, P3}
+    source.resume()  # a slot freed while the broker is asked
+    assert consumer.paused == {P0, P1}
+    consumer.answer.set()
+    await positioning
+    assert consumer.seeks == {P0: 4, P1: 9}
+    assert not consumer.paused
+    source.pause()
+    source.resume()  # seeked: ordinary partitions again
     assert not consumer.paused
 
 

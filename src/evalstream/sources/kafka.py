@@ -81,6 +81,10 @@ class KafkaSource:
         self._reachable = True
         #: Why the partitions could not be positioned (``start_from``); ``poll`` raises it.
         self._failure: SourceError | None = None
+        #: Partitions ``_position`` keeps paused until they are seeked: ``resume`` (intake
+        #: finding a slot free during the lookup) must not let them fetch from
+        #: ``auto_offset_reset``'s position meanwhile.
+        self._positioning: set[TopicPartition] = set()
 
     @property
     def connected(self) -> bool:
@@ -174,7 +178,9 @@ class KafkaSource:
             return
         tps = sorted(assigned)
         # Paused before the first await: aiokafka's fetcher runs meanwhile and would hand
-        # out records from auto_offset_reset's position.
+        # out records from auto_offset_reset's position. Kept out of ``resume`` until seeked
+        # (for good when the lookup fails).
+        self._positioning.update(tps)
         consumer.pause(*tps)
         try:
             starts = await start_positions(consumer, tps, start_from, _START_LOOKUP_TIMEOUT_S)
@@ -187,6 +193,7 @@ class KafkaSource:
             log.info("partition_start_from", partition=f"{tp.topic}:{tp.partition}",
                      offset=start.offset, chosen_by=start.how,
                      start_from=start_from.isoformat())
+        self._positioning.difference_update(tps)
         consumer.resume(*tps)
 
     async def poll(self, timeout_s: float, max_records: int) -> Mapping[TP, Sequence[Record]]:
@@ -233,9 +240,9 @@ class KafkaSource:
             self._consumer.pause(*self._consumer.assignment())
 
     def resume(self) -> None:
-        """Resume fetching from every assigned partition."""
+        """Resume fetching from every assigned partition not waiting for its start offset."""
         if self._consumer is not None:
-            self._consumer.resume(*self._consumer.assignment())
+            self._consumer.resume(*(self._consumer.assignment() - self._positioning))
 
     async def commit(self, offsets: Mapping[TP, int]) -> None:
         """Commit the given next-offsets."""
