@@ -4,9 +4,12 @@ committed up to the end it had when assigned; records written later do not keep 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry
 
+from evalstream.app.caught_up import CaughtUp
+from evalstream.app.offsets import TP, OffsetTracker
 from evalstream.app.worker import Worker
 from evalstream.sinks.memory import MemorySink
 from evalstream.sources.memory import MemorySource
@@ -62,3 +65,46 @@ async def test_without_the_flag_the_worker_keeps_running() -> None:
     finally:
         worker.request_stop()
     assert await asyncio.wait_for(run, 10) == 0
+
+
+class _Broker(MemorySource):
+    """Ends and positions as a broker gives them: fixed here, whatever was handed out."""
+
+    def __init__(self, end: int, position: int) -> None:
+        super().__init__([])
+        self._end, self._position = end, position
+
+    def assignment(self) -> set[TP]:
+        return {TP0}
+
+    async def end_offsets(self, tps: Sequence[TP]) -> dict[TP, int]:
+        return dict.fromkeys(tps, self._end)
+
+    async def positions(self, tps: Sequence[TP]) -> dict[TP, int]:
+        return dict.fromkeys(tps, self._position)
+
+
+async def test_records_taken_before_the_start_is_read_are_waited_for() -> None:
+    # The start is read after an await (the end offsets), while the message path polls:
+    # records 0-9 can be handed out meanwhile, so the position reads 10, the end. Taken as
+    # the start, that made the Job stop with the ten still being evaluated (exit 0, the
+    # ones not yet started abandoned and uncommitted).
+    tracker = OffsetTracker()
+    tracker.assign([TP0])
+    caught_up = CaughtUp(_Broker(end=10, position=10), tracker)
+    states = [(tracker.track(TP0, offset, 1), offset) for offset in range(10)]
+    await caught_up.assigned([TP0])
+    assert not await caught_up.reached()
+    for state, offset in states:
+        assert state is not None
+        tracker.done(state, offset)
+    tracker.committed(tracker.committable())
+    assert await caught_up.reached()
+
+
+async def test_a_partition_with_nothing_to_do_is_done_at_once() -> None:
+    tracker = OffsetTracker()
+    tracker.assign([TP0])
+    caught_up = CaughtUp(_Broker(end=7, position=7), tracker)
+    await caught_up.assigned([TP0])
+    assert await caught_up.reached()

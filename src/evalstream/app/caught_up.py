@@ -41,10 +41,11 @@ class CaughtUp:
         self._targets: dict[TP, _Target] = {}
 
     async def assigned(self, tps: Sequence[TP]) -> None:
-        """Note the end (first assignment only) and start of ``tps``, before any fetch.
+        """Note the end (first assignment only) and start of ``tps``.
 
         The start is taken anew at every assignment: after a rebalance the partition
-        resumes from its commit.
+        resumes from its commit. Records may be fetched while it is asked for, so it
+        counts only for a partition nothing was taken from (``_done``).
         """
         new = [tp for tp in tps if tp not in self._targets]
         ends = await self._source.end_offsets(new) if new else {}
@@ -70,9 +71,14 @@ class CaughtUp:
         target = self._targets.get(tp)
         if target is None or target.end is None:
             return False
-        reached = [o for o in (target.start, self._tracker.committed_offset(tp))
-                   if o is not None]
-        return bool(reached) and max(reached) >= target.end
+        committed = self._tracker.committed_offset(tp)
+        if committed is not None and committed >= target.end:
+            return True
+        # The start says "nothing to do" only while nothing was taken: it is read after an
+        # await, when the message path may already hold records up to the end, not yet
+        # evaluated (let alone committed).
+        return (target.start is not None and target.start >= target.end
+                and not self._tracker.taken(tp))
 
     def ends(self) -> dict[str, int | None]:
         """The target end of each partition, for the log line."""

@@ -140,6 +140,11 @@ class OffsetTracker:
                 out[tp] = position
         return out
 
+    def taken(self, tp: TP) -> bool:
+        """Whether any record of ``tp`` was tracked or advanced over since it was assigned."""
+        part = self._parts.get(tp)
+        return part is not None and part.end is not None
+
     def committed_offset(self, tp: TP) -> int | None:
         """The last offset committed for ``tp`` since it was assigned, if any."""
         part = self._parts.get(tp)

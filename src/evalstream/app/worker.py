@@ -240,7 +240,7 @@ class Worker:
         self.message_path.rebalanced()
         self.tracker.assign(tps)
         self.slots.assigned()
-        if self.caught_up is not None:  # before anything is fetched from them
+        if self.caught_up is not None:  # their ends, before more is written
             await self.caught_up.assigned(tps)
         log.info("partitions_assigned", partitions=[f"{t}:{p}" for t, p in sorted(tps)])
 
