@@ -108,3 +108,26 @@ async def test_a_partition_with_nothing_to_do_is_done_at_once() -> None:
     caught_up = CaughtUp(_Broker(end=7, position=7), tracker)
     await caught_up.assigned([TP0])
     assert await caught_up.reached()
+
+
+class _SlowPositions(_Broker):
+    """The first ``positions`` gets no answer in time (a slow broker at assignment)."""
+
+    def __init__(self, end: int, position: int) -> None:
+        super().__init__(end, position)
+        self.asked = 0
+
+    async def positions(self, tps: Sequence[TP]) -> dict[TP, int]:
+        self.asked += 1
+        return {} if self.asked == 1 else await super().positions(tps)
+
+
+async def test_a_start_unknown_at_assignment_is_asked_for_again() -> None:
+    # Nothing to do in the partition, so nothing is ever committed there: with its start
+    # unknown, the Job used to wait for ever.
+    tracker = OffsetTracker()
+    tracker.assign([TP0])
+    source = _SlowPositions(end=7, position=7)
+    caught_up = CaughtUp(source, tracker)
+    await caught_up.assigned([TP0])
+    assert await caught_up.reached()

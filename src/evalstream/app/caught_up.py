@@ -65,6 +65,13 @@ class CaughtUp:
         if unknown:  # the broker did not answer at assignment: a later end is still one
             for tp, end in (await self._source.end_offsets(unknown)).items():
                 self._targets.setdefault(tp, _Target()).end = end
+        # Nor about the start: with nothing taken since, the position still is the start,
+        # and a partition with nothing to do never commits, so without it the Job waits.
+        unknown = [tp for tp in assigned if self._targets.get(tp, _Target()).start is None
+                   and not self._tracker.taken(tp)]
+        if unknown:
+            for tp, start in (await self._source.positions(unknown)).items():
+                self._targets.setdefault(tp, _Target()).start = start
         return all(self._done(tp) for tp in assigned)
 
     def _done(self, tp: TP) -> bool:
