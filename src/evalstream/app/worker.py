@@ -353,7 +353,8 @@ async def run_worker(settings: Settings, *, registry: CollectorRegistry | None =
         ready_event: Set once the worker is connected and has partitions.
         handle_signals: SIGTERM/SIGINT set the stop event (second SIGINT exits
             at once), from before the worker is built. Only possible in the main thread.
-        **worker_options: Passed to :class:`Worker` (judges, source, sink, observers).
+        **worker_options: Passed to :class:`Worker` (judges, source, sink, observers,
+            until_caught_up).
 
     Raises:
         ConfigError: the configuration is invalid (before anything connects).
