@@ -104,6 +104,20 @@ async def test_a_failed_lookup_keeps_the_partitions_paused_and_stops_the_worker(
         await source.poll(0.1, 10)
 
 
+async def test_an_unexpected_lookup_error_stops_the_worker_instead_of_idling(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # aiokafka swallows what a rebalance listener raises: unhandled, the partitions would
+    # stay paused and the worker idle with no error.
+    consumer = _Consumer({}, {}, fail=ValueError("odd answer"))
+    source = KafkaSource(KafkaSettings(start_from=WHEN), ["traces"])
+    source._consumer = consumer  # type: ignore[assignment]
+    await source._position([P0])
+    assert consumer.paused == {P0}
+    with pytest.raises(SourceError, match=r"kafka\.start_from: the offset lookup failed: "
+                                          r"ValueError"):
+        await source.poll(0.1, 10)
+
+
 async def test_seeks_then_resumes_when_the_lookup_answers() -> None:
     consumer = _Consumer({P1: 3}, {P0: OffsetAndTimestamp(4, AT)})
     source = KafkaSource(KafkaSettings(start_from=WHEN), ["traces"])

@@ -184,9 +184,14 @@ class KafkaSource:
         consumer.pause(*tps)
         try:
             starts = await start_positions(consumer, tps, start_from, _START_LOOKUP_TIMEOUT_S)
-        except SourceError as exc:
-            log.error("start_from_lookup_failed", error=str(exc))
-            self._failure = exc
+        except Exception as exc:
+            # Anything, not only SourceError: aiokafka logs and swallows what a rebalance
+            # listener raises, which would leave these partitions paused and the worker
+            # silently idle. ``poll`` raises it instead, and the worker stops (exit 1).
+            failure = exc if isinstance(exc, SourceError) else SourceError(
+                f"kafka.start_from: the offset lookup failed: {type(exc).__name__}: {exc}")
+            log.error("start_from_lookup_failed", error=str(failure))
+            self._failure = failure
             return
         for tp, start in sorted(starts.items()):
             consumer.seek(tp, start.offset)
@@ -300,19 +305,23 @@ class KafkaSource:
     async def positions(self, tps: Sequence[TP]) -> dict[TP, int]:
         """The next offsets to fetch; those not known within a few seconds are left out."""
         consumer = self._consumer
-        out: dict[TP, int] = {}
         if consumer is None:
-            return out
-        for t, p in tps:
-            tp = TopicPartition(t, p)
-            if tp not in consumer.assignment():
-                continue
+            return {}
+        assigned = consumer.assignment()
+        wanted = [tp for tp in (TopicPartition(t, p) for t, p in tps) if tp in assigned]
+
+        async def position(tp: TopicPartition) -> int | None:
             try:  # waits for the committed or reset position of a fresh partition
                 async with asyncio.timeout(_END_OFFSETS_TIMEOUT_S * 2):
-                    out[(t, p)] = int(await consumer.position(tp))
+                    return int(await consumer.position(tp))
             except (KafkaError, TimeoutError):
-                continue
-        return out
+                return None
+
+        # All at once: this runs in the rebalance listener, and one by one N partitions
+        # could hold the rebalance for N timeouts.
+        found = await asyncio.gather(*(position(tp) for tp in wanted))
+        return {(tp.topic, tp.partition): offset
+                for tp, offset in zip(wanted, found, strict=True) if offset is not None}
 
     async def stop(self) -> None:
         """Leave the group (triggering a final revoke) and close the connection."""
