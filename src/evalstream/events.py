@@ -34,7 +34,10 @@ __all__ = [
     "stable_hash",
 ]
 
-SCHEMA_VERSION = "1.0"
+#: The version of the published contracts (``EvalResult``, ``Alert``; the ``schema_version``
+#: field and header). Minor: fields added (1.1: ``EvalResult.evaluator_version``); major:
+#: a field removed, renamed or retyped.
+SCHEMA_VERSION = "1.1"
 
 
 def utcnow() -> datetime:
@@ -194,6 +197,11 @@ class EvalResult(BaseModel):
     attributes: dict[str, str] = Field(default_factory=dict)
     route: str
     evaluator: str
+    #: The version of the scoring that gave this result: the evaluator's own version, then
+    #: ``+`` and the config's ``version`` when set (``"1"``, ``"1+2"``). Part of
+    #: ``result_id``: re-scoring after a version change gives new ids. ``"1"`` in results
+    #: from before schema 1.1, which had no versions.
+    evaluator_version: str = "1"
     score: float | None = Field(default=None, ge=0.0, le=1.0)
     label: str | None = None
     passed: bool | None = None
@@ -214,7 +222,9 @@ class EvalResult(BaseModel):
 def result_id(event_id: str, route: str, evaluator: str, evaluator_config: Any) -> str:
     """The id of a result: the same event scored on the same route by the same evaluator
     config gets the same id. The route is part of it: with ``routing: all`` two routes may
-    run the same evaluator config on one event, and their results are not duplicates."""
+    run the same evaluator config on one event, and their results are not duplicates.
+    ``evaluator_config`` is everything that decides the score (the pipeline's ``_bind``:
+    the evaluator spec, its versions, its judge's identity)."""
     return stable_hash(event_id, route, evaluator, evaluator_config)
 
 

@@ -32,8 +32,12 @@ async def test_a_passing_result_carries_the_contract_fields() -> None:
     pipeline, registry = make()
     (result,) = await pipeline.evaluate(ev(3, app="bot", session_id="s"), topic="traces")
     spec = pipeline.settings.routes[0].evaluators[0]
-    assert result.result_id == result_id("e3", "main", "unit_scripted",
-                                         spec.model_dump(mode="json", exclude={"sample_rate"}))
+    # At version 1 (class and config) the versions add nothing: the id is the one the
+    # spec's other fields gave before versions existed (test_result_versions pins it).
+    assert result.result_id == result_id(
+        "e3", "main", "unit_scripted",
+        spec.model_dump(mode="json", exclude={"sample_rate", "version"}))
+    assert result.evaluator_version == "1"
     assert (result.event_id, result.trace_id, result.app, result.session_id) == (
         "e3", "t3", "bot", "s")
     assert (result.route, result.evaluator, result.status) == ("main", "unit_scripted", "ok")

@@ -26,7 +26,7 @@ from evalstream.config import EvaluatorSpec, Route, Settings
 from evalstream.config.judges import judge_identity
 from evalstream.errors import ConfigError, JudgeError, SkipEvaluation
 from evalstream.evaluators import registry
-from evalstream.evaluators.base import Evaluator, Score
+from evalstream.evaluators.base import INITIAL_VERSION, Evaluator, Score
 from evalstream.events import EvalResult, TraceEvent, result_ids
 from evalstream.judges.base import Judge
 from evalstream.logging import get_logger
@@ -87,6 +87,8 @@ class _Bound:
     is_label: bool
     #: ``events.result_id`` of this evaluator for an event id (config serialised once).
     result_id: Callable[[str], str]
+    #: ``EvalResult.evaluator_version`` of its results (``Evaluator.result_version``).
+    version: str
 
 
 @dataclass(slots=True)
@@ -134,6 +136,11 @@ class Pipeline:
     """
 
     def __init__(self, settings: Settings, judges: Mapping[str, Judge], metrics: Metrics) -> None:
+        # Imported here, not with this module: the builtin judge's package loads its
+        # lexicons (~0.1 s), which is for building judges (``build_judges``) to pay.
+        from evalstream.judges.builtin import VERSION
+
+        self._builtin_version = VERSION
         load_plugins(settings.plugins)
         self.settings = settings
         self.metrics = metrics
@@ -159,8 +166,9 @@ class Pipeline:
         for ei, spec in enumerate(route.evaluators):
             where = f"routes[{ri}] ({route.name}) evaluators[{ei}]"
             evaluator = registry.create(spec, judges, where=where)
-            bound.append(_bind(route.name, spec, evaluator, metrics,
-                               judge_identity(self.settings.judges, spec.judge)))
+            judge = judge_identity(self.settings.judges, spec.judge,
+                                   builtin_version=self._builtin_version)
+            bound.append(_bind(route.name, spec, evaluator, metrics, judge))
         rate = self._sampler.rate_for(route.sample_rate)
         planned = tuple(Planned(b, rate * spec.sample_rate)
                         for b, spec in zip(bound, route.evaluators, strict=True))
@@ -319,6 +327,7 @@ class Pipeline:
                            if n in attributes} if names else {},
             "route": bound.route,
             "evaluator": bound.label,
+            "evaluator_version": bound.version,
             "sample_rate": planned.sample_rate,
             "event_time": event.timestamp,
         }
@@ -384,10 +393,16 @@ class Pipeline:
 def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],
           metrics: Metrics, judge: Any) -> _Bound:
     label = spec.label
-    # The route, the evaluator config and its judge's identity (kind and model, in place
-    # of the judge's name) go into every result's id; not the sample rate, so an event
-    # scored before and after a rate change keeps its result's id.
-    identity = spec.model_dump(mode="json", exclude={"sample_rate"})
+    # The route, the evaluator config, its version and its judge's identity (kind and
+    # model, in place of the judge's name) go into every result's id; not the sample rate,
+    # so an event scored before and after a rate change keeps its result's id. The spec's
+    # version goes in joined with the evaluator's own (``Evaluator.result_version``).
+    identity = spec.model_dump(mode="json", exclude={"sample_rate", "version"})
+    version = evaluator.result_version
+    if version != INITIAL_VERSION:
+        # Only a later version (the class's, or one set in the config) is added: ids
+        # published before evaluators had versions, all at "1", stay the same.
+        identity["version"] = version
     identity["judge"] = judge
     return _Bound(
         route=route,
@@ -402,4 +417,5 @@ def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],
         seconds=metrics.evaluation_seconds.labels(label).observe,
         is_label=type(evaluator).is_label_evaluator,
         result_id=result_ids(route, label, identity),
+        version=version,
     )

@@ -196,17 +196,27 @@ JudgeConfig = Annotated[
 ]
 
 
-def judge_identity(judges: Mapping[str, JudgeConfig], name: str) -> Any:
+def judge_identity(judges: Mapping[str, JudgeConfig], name: str, *,
+                   builtin_version: str) -> Any:
     """What makes judge ``name`` give the scores it gives: its kind and model, not its name,
     address or credentials. Part of every result's id, so re-scoring with another model is
-    a new result, while renaming a judge or moving its endpoint is not."""
+    a new result, while renaming a judge or moving its endpoint is not.
+
+    Args:
+        judges: The configured judges, by name.
+        name: The judge an evaluator names.
+        builtin_version: The builtin judge's version (``judges.builtin.VERSION``; passed
+            in because config sits below judges): a new one is a new builtin identity,
+            in cascades too. At ``"1"`` the identity is ``"builtin"`` as it was before
+            the builtin judge had a version, so those result ids stay the same.
+    """
     config = judges.get(name)
     if config is None or isinstance(config, BuiltinJudgeConfig):
-        return "builtin"
+        return "builtin" if builtin_version == "1" else f"builtin@{builtin_version}"
     if isinstance(config, OpenAIJudgeConfig):
         return {"model": config.model, "api": config.api}
-    return {"cascade": [judge_identity(judges, config.first),
-                        judge_identity(judges, config.then)],
+    return {"cascade": [judge_identity(judges, config.first, builtin_version=builtin_version),
+                        judge_identity(judges, config.then, builtin_version=builtin_version)],
             "min_confidence": config.min_confidence}
 
 

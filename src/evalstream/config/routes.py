@@ -8,7 +8,11 @@ from pydantic import Field, model_validator
 
 from evalstream.config.section import Section
 
-__all__ = ["EvaluatorSpec", "MatchRule", "Route", "SamplingSettings"]
+__all__ = ["VERSION_PATTERN", "EvaluatorSpec", "MatchRule", "Route", "SamplingSettings"]
+
+#: What an evaluator version may be, in code (``Evaluator.version``) or in the config
+#: (``EvaluatorSpec.version``): short, and without ``+``, which joins the two in results.
+VERSION_PATTERN = r"^[A-Za-z0-9._-]{1,32}$"
 
 
 class SamplingSettings(Section):
@@ -36,6 +40,12 @@ class EvaluatorSpec(Section):
     #: builtin ones at 1.0 on the same route. Effective rate: global x route x this.
     sample_rate: float = Field(default=1.0, gt=0.0, le=1.0)
     params: dict[str, Any] = Field(default_factory=dict)
+    #: Bump it to re-score with new result ids when the scores would change without any
+    #: other setting here changing: your plugin evaluator's code, or to force a re-score
+    #: (a backfill). Part of ``result_id``; results show it in ``evaluator_version``.
+    #: A YAML number (``version: 2``) is read as its text.
+    version: str | None = Field(default=None, pattern=VERSION_PATTERN,
+                                coerce_numbers_to_str=True)
 
     @property
     def label(self) -> str:

@@ -14,6 +14,7 @@ from evalstream.events import JudgeInfo, TraceEvent
 from evalstream.judges.base import GenerateRequest, Judge
 
 __all__ = [
+    "INITIAL_VERSION",
     "REASON_INSTRUCTIONS",
     "Evaluator",
     "EvaluatorParams",
@@ -31,6 +32,10 @@ class EvaluatorParams(BaseModel):
 
 
 P = TypeVar("P", bound=EvaluatorParams)
+
+#: Every evaluator's first version. At this version an evaluator adds nothing to its
+#: results' ids, so ids published before evaluators had versions stay the same.
+INITIAL_VERSION = "1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +76,13 @@ class Evaluator(abc.ABC, Generic[P]):
     #: judged evaluators set it; a plugin that asks nothing, or asks under other names,
     #: leaves it off (and overrides :meth:`judge_tasks` to be checked).
     asks_own_task: ClassVar[bool] = False
+    #: The version of the scoring logic. Bump it (``"1"`` -> ``"2"``) in any change after
+    #: which the same event and config can get a different score or label: the logic, the
+    #: judge instructions or question, the label set, a default param's meaning. A new
+    #: version gives new result ids, so a re-score (a backfill) is not dropped downstream
+    #: as a redelivery; a refactor that keeps every score leaves it. Letters, digits,
+    #: ``.``, ``_``, ``-`` (checked by ``register``).
+    version: ClassVar[str] = INITIAL_VERSION
 
     def __init__(self, spec: EvaluatorSpec, params: P, judge: Judge) -> None:
         self.spec = spec
@@ -81,6 +93,14 @@ class Evaluator(abc.ABC, Generic[P]):
     def label(self) -> str:
         """The evaluator's name in results and metrics."""
         return self.spec.label
+
+    @property
+    def result_version(self) -> str:
+        """``EvalResult.evaluator_version``: :attr:`version`, then ``+`` and the config's
+        ``version`` when it sets one (``"1"``, ``"1+2"``)."""
+        if self.spec.version is None:
+            return self.version
+        return f"{self.version}+{self.spec.version}"
 
     def labels(self) -> tuple[str, ...]:
         """The closed set of labels this evaluator can emit (bounds metric labels)."""

@@ -99,6 +99,7 @@ class Classifier(LabelEvaluator):
     """A user-defined classifier: event fields -> one of the configured labels."""
 
     name = "classifier"
+    version = "1"
     params_model = ClassifierParams
     summary = "user-defined labels (name: description) -> one label with its distribution"
     params: ClassifierParams
@@ -143,6 +144,7 @@ class Scorer(Evaluator[ScorerParams]):
     asks_own_task = True
 
     name = "scorer"
+    version = "1"
     params_model = ScorerParams
     summary = "user-defined 1-N rubric -> expected level, p(acceptable level)"
 

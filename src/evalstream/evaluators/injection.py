@@ -39,6 +39,7 @@ class PromptInjection(Evaluator[PromptInjectionParams]):
     asks_own_task = True
 
     name = "prompt_injection"
+    version = "1"
     params_model = PromptInjectionParams
     summary = "user text -> injection / legitimate; score = p(legitimate)"
     LABELS: ClassVar[tuple[str, str]] = ("legitimate", "injection")

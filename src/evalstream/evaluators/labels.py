@@ -125,6 +125,7 @@ class Topic(LabelEvaluator):
     """input + output -> one configured topic or "other", with the distribution."""
 
     name = "topic"
+    version = "1"
     params_model = TopicParams
     summary = "input+output -> one of the configured topics or 'other' (label evaluator)"
     params: TopicParams
@@ -185,6 +186,7 @@ class Sentiment(LabelEvaluator):
     """A text (the user's input by default) -> negative / neutral / positive."""
 
     name = "sentiment"
+    version = "1"
     params_model = SentimentParams
     summary = "text (input by default) -> negative / neutral / positive (label evaluator)"
     params: SentimentParams

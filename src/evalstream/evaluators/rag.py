@@ -82,6 +82,7 @@ class Groundedness(YesNoEvaluator):
     """Answer vs retrieved context -> grounded / ungrounded."""
 
     name = "groundedness"
+    version = "1"
     summary = "output vs context -> grounded / ungrounded; score = p(grounded)"
     task = "groundedness"
     instructions = (
@@ -103,6 +104,7 @@ class AnswerRelevancy(YesNoEvaluator):
     """Question + answer -> relevant / irrelevant."""
 
     name = "answer_relevancy"
+    version = "1"
     summary = "input + output -> relevant / irrelevant; score = p(relevant)"
     task = "answer_relevancy"
     instructions = (
@@ -123,6 +125,7 @@ class ContextRelevancy(YesNoEvaluator):
     """Question + retrieved context -> relevant / irrelevant."""
 
     name = "context_relevancy"
+    version = "1"
     summary = "input + context -> relevant / irrelevant; score = p(relevant)"
     task = "context_relevancy"
     instructions = (

@@ -31,6 +31,7 @@ class Refusal(Evaluator[RefusalParams]):
     asks_own_task = True
 
     name = "refusal"
+    version = "1"
     params_model = RefusalParams
     summary = "output (+input) -> refused / not_refused; score = p(not refused)"
     LABELS: ClassVar[tuple[str, str]] = ("not_refused", "refused")

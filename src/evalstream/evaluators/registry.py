@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
 from evalstream.config import EvaluatorSpec
+from evalstream.config.routes import VERSION_PATTERN
 from evalstream.errors import ConfigError
 from evalstream.evaluators.base import Evaluator
 from evalstream.judges.base import Judge
@@ -16,11 +18,21 @@ __all__ = ["create", "describe", "get", "names", "register"]
 
 _REGISTRY: dict[str, type[Evaluator[Any]]] = {}
 E = TypeVar("E", bound=type[Evaluator[Any]])
+_VERSION = re.compile(VERSION_PATTERN)
 
 
 def register(cls: E) -> E:
-    """Class decorator: make ``cls`` available under ``cls.name``."""
+    """Class decorator: make ``cls`` available under ``cls.name``.
+
+    Raises:
+        RuntimeError: another class is registered under the name.
+        TypeError: ``cls.version`` is not a short version string (letters, digits, ``.``,
+            ``_``, ``-``): it goes into result ids and results.
+    """
     name = cls.name
+    version = cls.version
+    if not isinstance(version, str) or not _VERSION.fullmatch(version):
+        raise TypeError(f"evaluator {name!r}: version {version!r} must match {VERSION_PATTERN}")
     if name in _REGISTRY and _REGISTRY[name] is not cls:
         raise RuntimeError(f"evaluator {name!r} registered twice")
     _REGISTRY[name] = cls

@@ -79,6 +79,7 @@ class RoleAdherence(Evaluator[RoleAdherenceParams]):
     asks_own_task = True
 
     name = "role_adherence"
+    version = "1"
     params_model = RoleAdherenceParams
     summary = "chatbot_role + turns -> share of assistant turns adhering (strict mode: all)"
 

@@ -151,6 +151,7 @@ class RoleViolation(Evaluator[RoleViolationParams]):
     asks_own_task = True
 
     name = "role_violation"
+    version = "1"
     params_model = RoleViolationParams
     summary = "output vs the prompt's role/behaviours -> conformance 0-100 (+affected sections)"
 

@@ -110,6 +110,7 @@ class Frustration(ScaleEvaluator):
     """The user's text -> frustration 1-5; passed when at most ``threshold``."""
 
     name = "frustration"
+    version = "1"
     params_model = SourcedScaleParams
     summary = "user text (or conversation) -> frustration 1-5; passed at or below threshold"
     task = "frustration"
@@ -139,6 +140,7 @@ class Toxicity(ScaleEvaluator):
     """A text (the output by default) -> toxicity 1-5; passed when at most ``threshold``."""
 
     name = "toxicity"
+    version = "1"
     params_model = ToxicityParams
     summary = "text (output by default) -> toxicity 1-5; passed at or below threshold"
     task = "toxicity"
@@ -166,6 +168,7 @@ class QuestionClarity(ScaleEvaluator):
     """The user's question -> clarity 1-5; passed when at least ``threshold``."""
 
     name = "question_clarity"
+    version = "1"
     params_model = HigherScaleParams
     summary = "user question -> clarity 1-5; passed at or above threshold"
     task = "question_clarity"
@@ -188,6 +191,7 @@ class TextSimilarity(ScaleEvaluator):
     """Output vs ``reference`` -> similarity 1-5; passed when at least ``threshold``."""
 
     name = "text_similarity"
+    version = "1"
     params_model = HigherScaleParams
     summary = "output vs reference -> similarity 1-5; passed at or above threshold"
     task = "text_similarity"

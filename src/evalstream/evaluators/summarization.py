@@ -31,6 +31,7 @@ class Summarization(Evaluator[SummarizationParams]):
     """The exchange -> a short summary (in ``details.summary``); no score."""
 
     name = "summarization"
+    version = "1"
     params_model = SummarizationParams
     summary = "input+output (conversation) -> a short PII-free summary (details.summary)"
 

@@ -54,6 +54,7 @@ class TopicAdherence(Evaluator[TopicAdherenceParams]):
     asks_own_task = True
 
     name = "topic_adherence"
+    version = "1"
     params_model = TopicAdherenceParams
     summary = "output vs criteria -> p(stays within the allowed topics), label 'nn% yes'"
 

@@ -1,5 +1,5 @@
 """The builtin offline judge (lexicons and heuristics): ``BuiltinJudge``."""
 
-from evalstream.judges.builtin.judge import TASKS, BuiltinJudge
+from evalstream.judges.builtin.judge import TASKS, VERSION, BuiltinJudge
 
-__all__ = ["TASKS", "BuiltinJudge"]
+__all__ = ["TASKS", "VERSION", "BuiltinJudge"]

@@ -25,7 +25,15 @@ from evalstream.judges.builtin.toxicity import score_toxicity
 from evalstream.judges.registry import judge_backend
 from evalstream.metrics import Metrics
 
-__all__ = ["TASKS", "BuiltinJudge"]
+__all__ = ["TASKS", "VERSION", "BuiltinJudge"]
+
+#: The version of the builtin judge's scoring: its lexicons, patterns, thresholds and how
+#: it reads text. Bump it in any change after which the same request can get a different
+#: answer: it is part of the result id of every evaluator judged by it (directly or in a
+#: cascade), so a re-score after an upgrade gets new ids, and it shows in results as
+#: ``judge.model`` (``builtin-v1``). At ``"1"`` it adds nothing to result ids (ids from
+#: before it existed stay the same). Letters, digits, ``.``, ``_``, ``-``.
+VERSION = "1"
 
 Scorer = Callable[[JudgeRequest], tuple[dict[str, float], str]]
 
@@ -187,7 +195,7 @@ class BuiltinJudge(Judge):
         self.name = name
         # Frozen and shared: the builtin judge costs nothing, so one info object serves
         # every answer (no per-call allocation on the hot path).
-        self._info = JudgeInfo(backend="builtin", model="builtin-v1", requests=0)
+        self._info = JudgeInfo(backend="builtin", model=f"builtin-v{VERSION}", requests=0)
 
     def supports(self, task: str) -> bool:
         """Whether ``task`` has a builtin scorer (a key of :data:`TASKS`)."""
