@@ -16,6 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from evalstream.app.worker import Worker
+from evalstream.evaluators import registry
 from evalstream.events import dump_json, eval_result_json_schema
 from evalstream.judges.builtin import BuiltinJudge
 from tests.integration.workerkit import Topics, results, running, settings_for
@@ -105,6 +106,10 @@ async def test_every_evaluator_in_one_route(broker: Broker) -> None:
         assert result["status"] == "ok", (result["evaluator"], result["error"])
         by_evaluator.setdefault(result["evaluator"], []).append(result)
     assert set(by_evaluator) == {s.get("name") or s["evaluator"] for s in specs}
+    # Each result says which version of its evaluator scored it (no config versions here).
+    versions = {s.get("name") or s["evaluator"]: registry.get(s["evaluator"]).version
+                for s in specs}
+    assert {r["evaluator"]: r["evaluator_version"] for r in published} == versions
     assert all(len(v) == TURNS for v in by_evaluator.values())
 
     # Shapes per family.

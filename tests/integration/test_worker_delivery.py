@@ -104,6 +104,7 @@ async def test_every_message_is_a_result_a_skip_or_a_dead_letter(broker: Broker)
         assert not errors, errors
     for event_id, (result,) in by_event.items():
         assert result["evaluator"] == "refusal"
+        assert result["evaluator_version"] == "1"
         assert result["status"] == "ok"
         assert result["sample_rate"] == 0.5
         assert result["_headers"]["evaluator"] == b"refusal"
