@@ -106,10 +106,11 @@ def _check_config(args: argparse.Namespace) -> int:
 def _list_evaluators() -> int:
     from evalstream.app.checks import describe_evaluators
 
-    rows = describe_evaluators()
-    width = max((len(name) for name, _ in rows), default=0)
-    for name, summary in rows:
-        print(f"{name.ljust(width)}  {summary}")
+    rows = [(name, f"v{version}", summary) for name, version, summary in describe_evaluators()]
+    width = max((len(name) for name, _, _ in rows), default=0)
+    vwidth = max((len(version) for _, version, _ in rows), default=0)
+    for name, version, summary in rows:
+        print(f"{name.ljust(width)}  {version.ljust(vwidth)}  {summary}")
     return 0
 
 

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from evalstream.cli import EXIT_CONFIG, main
+from evalstream.evaluators import registry
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "config" / "evalstream.example.yaml"
@@ -140,6 +141,9 @@ def test_list_evaluators_includes_refusal(capsys: pytest.CaptureFixture[str]) ->
     assert main(["list-evaluators"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("refusal ") for line in lines)
+    # Each with its version, the one its results carry in evaluator_version.
+    (refusal,) = [line.split() for line in lines if line.startswith("refusal ")]
+    assert refusal[1] == f"v{registry.get('refusal').version}"
 
 
 @pytest.mark.parametrize(("command", "option"), [("eval", "--input"), ("demo", "--duration")])

@@ -95,6 +95,6 @@ async def check_kafka_clients(settings: Settings) -> None:
     await producer.stop()
 
 
-def describe_evaluators() -> list[tuple[str, str]]:
-    """(name, one-line summary) of every registered evaluator."""
-    return registry.describe()
+def describe_evaluators() -> list[tuple[str, str, str]]:
+    """(name, version, one-line summary) of every registered evaluator."""
+    return [(name, registry.get(name).version, summary) for name, summary in registry.describe()]
