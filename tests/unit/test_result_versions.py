@@ -9,6 +9,7 @@ published before versions existed.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from pydantic import ValidationError
 from evalstream.app.pipeline import Pipeline
 from evalstream.config import EvaluatorSpec, load_settings
 from evalstream.config.judges import judge_identity
+from evalstream.config.routes import VERSION_PATTERN
 from evalstream.evaluators import registry
 from evalstream.evaluators.base import Evaluator, EvaluatorParams, Score
 from evalstream.events import EvalResult, TraceEvent, dump_json
@@ -125,6 +127,7 @@ async def test_the_builtin_judge_reports_its_version() -> None:
         topic="traces")
     assert result.judge is not None
     assert result.judge.model == f"builtin-v{VERSION}"
+    assert re.fullmatch(VERSION_PATTERN, VERSION)
     assert result.evaluator_version == registry.get("refusal").version
 
 
