@@ -22,6 +22,7 @@ from evalstream.app.pipeline import Pipeline
 from evalstream.config import EvaluatorSpec, load_settings
 from evalstream.config.judges import judge_identity
 from evalstream.config.routes import VERSION_PATTERN
+from evalstream.errors import ConfigError
 from evalstream.evaluators import registry
 from evalstream.evaluators.base import Evaluator, EvaluatorParams, Score
 from evalstream.events import EvalResult, TraceEvent, dump_json
@@ -171,3 +172,19 @@ async def test_real_results_carry_the_version_and_match_the_committed_schema() -
         assert body["evaluator_version"] == "1+2024-11"
         assert body["schema_version"] == "1.1"
         assert not [e.message for e in validator.iter_errors(body)]
+
+
+def test_a_yaml_decimal_version_is_refused_not_read_as_another(tmp_path: Path) -> None:
+    # YAML reads 1.10 as the float 1.1: taken as "1.1" it would repeat the ids of an
+    # earlier "1.1" and the re-score would be dropped downstream as redeliveries.
+    def version_of(text: str) -> str | None:
+        path = tmp_path / "evalstream.yaml"
+        path.write_text("routes:\n  - name: main\n    evaluators:\n"
+                        f"      - evaluator: refusal\n        version: {text}\n", "utf-8")
+        return load_settings(path).routes[0].evaluators[0].version
+
+    assert version_of('"1.10"') == "1.10"
+    assert version_of("2") == "2"  # an integer keeps its text
+    for decimal in ("1.10", "1.0"):
+        with pytest.raises(ConfigError, match=r"version.*quote it"):
+            version_of(decimal)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from evalstream.config.section import Section
 
@@ -43,9 +43,19 @@ class EvaluatorSpec(Section):
     #: Bump it to re-score with new result ids when the scores would change without any
     #: other setting here changing: your plugin evaluator's code, or to force a re-score
     #: (a backfill). Part of ``result_id``; results show it in ``evaluator_version``.
-    #: A YAML number (``version: 2``) is read as its text.
+    #: A YAML integer (``version: 2``) is read as its text; a decimal must be quoted.
     version: str | None = Field(default=None, pattern=VERSION_PATTERN,
                                 coerce_numbers_to_str=True)
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _not_a_decimal(cls, value: object) -> object:
+        # YAML reads ``version: 1.10`` as the float 1.1: its text would be "1.1", the id of
+        # an earlier version, and the re-score would be dropped downstream as a redelivery.
+        if isinstance(value, float):
+            raise ValueError(f"a decimal number ({value!r}) loses its text (1.10 reads as "
+                             f"1.1): quote it, e.g. version: \"1.10\"")
+        return value
 
     @property
     def label(self) -> str:
