@@ -145,6 +145,26 @@ async def test_revoke_does_not_wait_for_work_that_never_started() -> None:
         assert [r.event_id for r in sink.results] == ["e0"]
 
 
+async def test_a_revoke_during_the_drain_does_not_wait_for_work_that_never_started() -> None:
+    # A stop cancels intake while offset 1 waits for the only slot: its evaluation never
+    # starts. A rebalance during the drain (a rolling upgrade: a new pod joins) must not
+    # wait out its deadline (15 s: session timeout / 2) for it, holding the whole group.
+    records = [raw(0, "sleep:0.5"), raw(1)]
+    worker, source, sink = build(records, worker={"max_in_flight": 1, "shutdown_timeout_s": 30,
+                                                  "commit_interval_s": 0.05})
+    async with started(worker):
+        await until(lambda: worker.in_flight == 1 and worker.tracker.pending() == 2)
+        worker.request_stop()
+        # Intake ended: the consume task is gone, the drain waits for offset 0.
+        await until(lambda: not [t for t in asyncio.all_tasks() if t.get_name() == "consume"])
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await source.revoke([TP0])
+        assert loop.time() - began < 5
+        assert source.committed[TP0] == 1  # offset 1 never ran: redelivered, not committed
+        assert [r.event_id for r in sink.results] == ["e0"]
+
+
 class _HangingSource(MemorySource):
     """A broker that stopped answering: commits never return."""
 

@@ -208,7 +208,15 @@ class MessagePath:
         generation = self._generation
         slots = self.slots
         for started, (event, planned) in enumerate(work):
-            await slots.acquire()
+            try:
+                await slots.acquire()
+            except asyncio.CancelledError:
+                # Intake ended (a stop) while this waited for a slot: the rest never starts.
+                # Abandoned, so a revoke during the drain does not wait out its deadline
+                # for it; the message stays uncommitted and is redelivered.
+                self.tracker.abandon(state, record.offset, len(work) - started)
+                self.committer.progressed()
+                raise
             if generation != self._generation:
                 # Rebalanced while waiting for a slot: the partition's new owner (maybe us,
                 # with fresh state) redoes this message; its remaining work is abandoned,
