@@ -14,6 +14,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from evalstream.app import connect as connect_module
+from evalstream.app import message_path as message_path_module
 from evalstream.app import observers as observers_module
 from evalstream.app import worker as worker_module
 from evalstream.app.observers import PublishAlert, RecordingObserver
@@ -163,6 +164,31 @@ async def test_a_revoke_during_the_drain_does_not_wait_for_work_that_never_start
         assert loop.time() - began < 5
         assert source.committed[TP0] == 1  # offset 1 never ran: redelivered, not committed
         assert [r.event_id for r in sink.results] == ["e0"]
+
+
+class _SlowDeadLetters(MemorySink):
+    async def publish_dead_letter(self, record: Any, reason: str, error: str) -> None:
+        await asyncio.sleep(0.5)
+        await super().publish_dead_letter(record, reason, error)
+
+
+async def test_a_revoke_during_the_drain_does_not_wait_for_a_dead_letter_never_sent(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same for a dead letter waiting for a dead-letter slot when intake ends.
+    monkeypatch.setattr(message_path_module, "_DEAD_LETTER_CONCURRENCY", 1)
+    records = [RawRecord("traces", 0, 0, b"not json"), RawRecord("traces", 0, 1, b"nor this")]
+    worker, source, sink = build(records, sink=_SlowDeadLetters(),
+                                 worker={"shutdown_timeout_s": 30, "commit_interval_s": 0.05})
+    async with started(worker):
+        await until(lambda: worker.tracker.pending() == 2)
+        worker.request_stop()
+        await until(lambda: not [t for t in asyncio.all_tasks() if t.get_name() == "consume"])
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await source.revoke([TP0])
+        assert loop.time() - began < 5
+        assert source.committed[TP0] == 1
+        assert [d.record.offset for d in sink.dead_letters] == [0]
 
 
 class _HangingSource(MemorySource):

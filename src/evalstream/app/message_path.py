@@ -285,7 +285,12 @@ class MessagePath:
         state = self.tracker.track(tp, record.offset, 1)
         if state is None:
             return
-        await self._dl_slots.acquire()
+        try:
+            await self._dl_slots.acquire()
+        except asyncio.CancelledError:  # intake ended first: as in ``_dispatch``
+            self.tracker.abandon(state, record.offset, 1)
+            self.committer.progressed()
+            raise
         task = asyncio.create_task(self._publish_dead_letter(record, state, reason, error))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
