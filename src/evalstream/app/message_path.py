@@ -29,12 +29,13 @@ from zlib import crc32
 
 import structlog
 
+from evalstream.app.bindings import Planned
 from evalstream.app.commits import Committer
 from evalstream.app.inflight import InFlight
 from evalstream.app.intake import SAMPLED_OUT, BatchCounts, Intake
 from evalstream.app.offsets import TP, OffsetTracker, PartitionState
 from evalstream.app.outputs import Outputs
-from evalstream.app.pipeline import Pipeline, Planned
+from evalstream.app.pipeline import Pipeline
 from evalstream.errors import DecodeError, OutputRejectedError, SinkError
 from evalstream.events import EvalResult, Record, TraceEvent
 from evalstream.logging import get_logger

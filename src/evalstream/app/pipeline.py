@@ -7,39 +7,39 @@ can bound concurrency per evaluation and count only durable results: :meth:`Pipe
 evaluator on one event, never raises for content) and :meth:`Pipeline.record` (counts a
 result's outcome once the caller has made it durable).
 :meth:`Pipeline.evaluate` does all three for callers that do not need the split.
+
+It owns what happens per event and per evaluation: the sampling and routing decision,
+running an evaluator, building its result (or the error result standing in for it) and
+counting the outcome. What is fixed by the settings (evaluators created and bound to their
+metric children, result ids and rates) is built once in ``app/bindings.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import UTC
 from typing import Any
 
 from pydantic import ValidationError
 
-from evalstream.config import EvaluatorSpec, Route, Settings
-from evalstream.config.judges import judge_identity
-from evalstream.errors import ConfigError, JudgeError, SkipEvaluation
-from evalstream.evaluators import registry
-from evalstream.evaluators.base import INITIAL_VERSION, Evaluator, Score
-from evalstream.events import EvalResult, TraceEvent, result_ids
+from evalstream.app.bindings import Planned, build_routes, load_plugins
+from evalstream.config import Settings
+from evalstream.errors import JudgeError, SkipEvaluation
+from evalstream.evaluators.base import Evaluator, Score
+from evalstream.events import EvalResult, TraceEvent
 from evalstream.judges.base import Judge
 from evalstream.logging import get_logger
-from evalstream.metrics import LabelSet, Metrics
+from evalstream.metrics import Metrics
 from evalstream.routing import Router
 from evalstream.sampling import Sampler
 
-__all__ = ["Pipeline", "Planned", "load_plugins"]
+__all__ = ["Pipeline"]
 
 log = get_logger(__name__)
 
-#: Outcomes of one evaluation in ``evalstream_evaluations_total``.
-OUTCOMES = ("passed", "failed", "labelled", "error", "skipped")
 _MAX_ERROR_CHARS = 500
 #: Each copied event attribute is clipped to this: attributes are slicing keys (model,
 #: tenant), and a huge one must not make results, or the error result that replaces a
@@ -51,76 +51,6 @@ _CLIPPED_IN_ERRORS = ("event_id", "trace_id", "span_id", "session_id", "app")
 #: Skip reasons are metric label values: short codes, at most this many distinct ones.
 _REASON = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _MAX_SKIP_REASONS = 32
-
-
-def load_plugins(modules: Sequence[str]) -> None:
-    """Import user modules that register evaluators (``plugins:`` in the config).
-
-    Raises:
-        ConfigError: a module cannot be imported (the message names it).
-    """
-    for i, name in enumerate(modules):
-        try:
-            importlib.import_module(name)
-        except Exception as exc:  # any import failure is a configuration problem
-            raise ConfigError(f"plugins.{i}: cannot import {name!r}: "
-                              f"{type(exc).__name__}: {exc}") from exc
-
-
-@dataclass(slots=True)
-class _Bound:
-    """One configured evaluator with its metric children bound once (hot path)."""
-
-    route: str
-    label: str
-    evaluator: Evaluator[Any]
-    labels: LabelSet
-    #: ``inc`` of the outcome / weighted-outcome counter children, by outcome.
-    outcomes: dict[str, Callable[[float], None]]
-    weighted: dict[str, Callable[[float], None]]
-    #: ``observe`` of the score and duration histogram children.
-    score_hist: Callable[[float], None]
-    #: ``inc`` of the route/evaluator spend counter child.
-    cost: Callable[[float], None]
-    seconds: Callable[[float], None]
-    #: ``type(evaluator).is_label_evaluator``, read once rather than per result.
-    is_label: bool
-    #: ``events.result_id`` of this evaluator for an event id (config serialised once).
-    result_id: Callable[[str], str]
-    #: ``EvalResult.evaluator_version`` of its results (``Evaluator.result_version``).
-    version: str
-
-
-@dataclass(slots=True)
-class _RouteRuntime:
-    route: Route
-    evaluators: tuple[_Bound, ...]
-    sampled: Any
-    #: The route's effective rate (global x route; both fixed by the settings).
-    rate: float
-    #: Its evaluations as planned, built once: plans share them (they are immutable). Each
-    #: carries its evaluator's effective rate (global x route x evaluator).
-    planned: tuple[Planned, ...]
-    #: Every evaluator at the route's own rate (the common case): no per-evaluator test.
-    uniform: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Planned:
-    """One evaluation to run: an evaluator of a route, at the rate the event was sampled."""
-
-    bound: _Bound
-    sample_rate: float
-
-    @property
-    def route(self) -> str:
-        """The route's name."""
-        return self.bound.route
-
-    @property
-    def evaluator(self) -> str:
-        """The evaluator's label."""
-        return self.bound.label
 
 
 class Pipeline:
@@ -136,20 +66,12 @@ class Pipeline:
     """
 
     def __init__(self, settings: Settings, judges: Mapping[str, Judge], metrics: Metrics) -> None:
-        # Imported here, not with this module: the builtin judge's package loads its
-        # lexicons (~0.1 s), which is for building judges (``build_judges``) to pay.
-        from evalstream.judges.builtin import VERSION
-
-        self._builtin_version = VERSION
         load_plugins(settings.plugins)
         self.settings = settings
         self.metrics = metrics
         self._sampler = Sampler(settings.sampling)
         self._router = Router(settings.routes, settings.worker.routing)
-        self._routes = tuple(
-            self._build_route(ri, route, judges, metrics)
-            for ri, route in enumerate(settings.routes)
-        )
+        self._routes = build_routes(settings, judges, metrics, self._sampler)
         #: No route samples above this rate: events whose fraction is higher can be skipped
         #: before routing, and before a decoder builds them (see ``may_sample``).
         self._max_rate = max(self._sampler.rate_for(r.sample_rate) for r in settings.routes)
@@ -159,22 +81,6 @@ class Pipeline:
         self._skip_counters: dict[str, Any] = {}
         self._result_attributes = tuple(settings.results.attributes)
         self._log_content = settings.logging.log_content
-
-    def _build_route(self, ri: int, route: Route, judges: Mapping[str, Judge],
-                     metrics: Metrics) -> _RouteRuntime:
-        bound = []
-        for ei, spec in enumerate(route.evaluators):
-            where = f"routes[{ri}] ({route.name}) evaluators[{ei}]"
-            evaluator = registry.create(spec, judges, where=where)
-            judge = judge_identity(self.settings.judges, spec.judge,
-                                   builtin_version=self._builtin_version)
-            bound.append(_bind(route.name, spec, evaluator, metrics, judge))
-        rate = self._sampler.rate_for(route.sample_rate)
-        planned = tuple(Planned(b, rate * spec.sample_rate)
-                        for b, spec in zip(bound, route.evaluators, strict=True))
-        return _RouteRuntime(route, tuple(bound),
-                             metrics.events_sampled.labels(route.name).inc, rate, planned,
-                             all(spec.sample_rate == 1.0 for spec in route.evaluators))
 
     @property
     def evaluators(self) -> list[Evaluator[Any]]:
@@ -389,33 +295,3 @@ class Pipeline:
             lag = (result.evaluated_at - event_time).total_seconds()
             self._lag(max(0.0, lag))
 
-
-def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],
-          metrics: Metrics, judge: Any) -> _Bound:
-    label = spec.label
-    # The route, the evaluator config, its version and its judge's identity (kind and
-    # model, in place of the judge's name) go into every result's id; not the sample rate,
-    # so an event scored before and after a rate change keeps its result's id. The spec's
-    # version goes in joined with the evaluator's own (``Evaluator.result_version``).
-    identity = spec.model_dump(mode="json", exclude={"sample_rate", "version"})
-    version = evaluator.result_version
-    if version != INITIAL_VERSION:
-        # Only a later version (the class's, or one set in the config) is added: ids
-        # published before evaluators had versions, all at "1", stay the same.
-        identity["version"] = version
-    identity["judge"] = judge
-    return _Bound(
-        route=route,
-        label=label,
-        evaluator=evaluator,
-        labels=LabelSet(evaluator.labels()),
-        outcomes={o: metrics.evaluations.labels(route, label, o).inc for o in OUTCOMES},
-        weighted={o: metrics.evaluations_weighted.labels(route, label, o).inc
-                  for o in OUTCOMES},
-        score_hist=metrics.scores.labels(route, label).observe,
-        cost=metrics.evaluation_cost.labels(route, label).inc,
-        seconds=metrics.evaluation_seconds.labels(label).observe,
-        is_label=type(evaluator).is_label_evaluator,
-        result_id=result_ids(route, label, identity),
-        version=version,
-    )

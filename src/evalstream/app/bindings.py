@@ -1,0 +1,173 @@
+"""Configured evaluators bound, once, to their route, metric children and result ids.
+
+Built when the pipeline is: plugin modules are imported (``plugins:``), each route's
+evaluators are created from the registry, and each is bound to what every one of its
+evaluations needs, so the hot path (``app/pipeline.py``) does no label lookups, config
+serialisation or rate arithmetic per evaluation: the ``inc``/``observe`` of its metric
+children, its ``result_id`` function and version, and its evaluations as planned at their
+effective sample rates (:class:`Planned`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from evalstream.config import EvaluatorSpec, Route, Settings
+from evalstream.config.judges import judge_identity
+from evalstream.errors import ConfigError
+from evalstream.evaluators import registry
+from evalstream.evaluators.base import INITIAL_VERSION, Evaluator
+from evalstream.events import result_ids
+from evalstream.judges.base import Judge
+from evalstream.metrics import LabelSet, Metrics
+from evalstream.sampling import Sampler
+
+__all__ = ["OUTCOMES", "BoundEvaluator", "Planned", "RouteRuntime", "build_routes",
+           "load_plugins"]
+
+#: Outcomes of one evaluation in ``evalstream_evaluations_total``.
+OUTCOMES = ("passed", "failed", "labelled", "error", "skipped")
+
+
+def load_plugins(modules: Sequence[str]) -> None:
+    """Import user modules that register evaluators (``plugins:`` in the config).
+
+    Raises:
+        ConfigError: a module cannot be imported (the message names it).
+    """
+    for i, name in enumerate(modules):
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # any import failure is a configuration problem
+            raise ConfigError(f"plugins.{i}: cannot import {name!r}: "
+                              f"{type(exc).__name__}: {exc}") from exc
+
+
+@dataclass(slots=True)
+class BoundEvaluator:
+    """One configured evaluator with its metric children bound once (hot path)."""
+
+    route: str
+    label: str
+    evaluator: Evaluator[Any]
+    labels: LabelSet
+    #: ``inc`` of the outcome / weighted-outcome counter children, by outcome.
+    outcomes: dict[str, Callable[[float], None]]
+    weighted: dict[str, Callable[[float], None]]
+    #: ``observe`` of the score and duration histogram children.
+    score_hist: Callable[[float], None]
+    #: ``inc`` of the route/evaluator spend counter child.
+    cost: Callable[[float], None]
+    seconds: Callable[[float], None]
+    #: ``type(evaluator).is_label_evaluator``, read once rather than per result.
+    is_label: bool
+    #: ``events.result_id`` of this evaluator for an event id (config serialised once).
+    result_id: Callable[[str], str]
+    #: ``EvalResult.evaluator_version`` of its results (``Evaluator.result_version``).
+    version: str
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """One evaluation to run: an evaluator of a route, at the rate the event was sampled."""
+
+    bound: BoundEvaluator
+    sample_rate: float
+
+    @property
+    def route(self) -> str:
+        """The route's name."""
+        return self.bound.route
+
+    @property
+    def evaluator(self) -> str:
+        """The evaluator's label."""
+        return self.bound.label
+
+
+@dataclass(slots=True)
+class RouteRuntime:
+    """One configured route: its bound evaluators and sampling, built once."""
+
+    route: Route
+    evaluators: tuple[BoundEvaluator, ...]
+    #: ``inc`` of the route's ``evalstream_events_sampled_total`` child.
+    sampled: Any
+    #: The route's effective rate (global x route; both fixed by the settings).
+    rate: float
+    #: Its evaluations as planned, built once: plans share them (they are immutable). Each
+    #: carries its evaluator's effective rate (global x route x evaluator).
+    planned: tuple[Planned, ...]
+    #: Every evaluator at the route's own rate (the common case): no per-evaluator test.
+    uniform: bool
+
+
+def build_routes(settings: Settings, judges: Mapping[str, Judge], metrics: Metrics,
+                 sampler: Sampler) -> tuple[RouteRuntime, ...]:
+    """Every route of ``settings`` with its evaluators created and bound, in config order.
+
+    Args:
+        settings: The configuration (its ``plugins`` must already be loaded).
+        judges: Judges by name; must include every judge a route names.
+        metrics: The metrics the evaluators' children are bound on.
+        sampler: The sampler whose global rate scales each route's.
+
+    Raises:
+        ConfigError: an evaluator is unknown or its params are invalid (naming the field).
+    """
+    # Imported here, not with this module: the builtin judge's package loads its
+    # lexicons (~0.1 s), which is for building judges (``build_judges``) to pay.
+    from evalstream.judges.builtin import VERSION
+
+    return tuple(_build_route(ri, route, settings, judges, metrics, sampler, VERSION)
+                 for ri, route in enumerate(settings.routes))
+
+
+def _build_route(ri: int, route: Route, settings: Settings, judges: Mapping[str, Judge],
+                 metrics: Metrics, sampler: Sampler, builtin_version: str) -> RouteRuntime:
+    bound = []
+    for ei, spec in enumerate(route.evaluators):
+        where = f"routes[{ri}] ({route.name}) evaluators[{ei}]"
+        evaluator = registry.create(spec, judges, where=where)
+        judge = judge_identity(settings.judges, spec.judge, builtin_version=builtin_version)
+        bound.append(_bind(route.name, spec, evaluator, metrics, judge))
+    rate = sampler.rate_for(route.sample_rate)
+    planned = tuple(Planned(b, rate * spec.sample_rate)
+                    for b, spec in zip(bound, route.evaluators, strict=True))
+    return RouteRuntime(route, tuple(bound),
+                        metrics.events_sampled.labels(route.name).inc, rate, planned,
+                        all(spec.sample_rate == 1.0 for spec in route.evaluators))
+
+
+def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],
+          metrics: Metrics, judge: Any) -> BoundEvaluator:
+    label = spec.label
+    # The route, the evaluator config, its version and its judge's identity (kind and
+    # model, in place of the judge's name) go into every result's id; not the sample rate,
+    # so an event scored before and after a rate change keeps its result's id. The spec's
+    # version goes in joined with the evaluator's own (``Evaluator.result_version``).
+    identity = spec.model_dump(mode="json", exclude={"sample_rate", "version"})
+    version = evaluator.result_version
+    if version != INITIAL_VERSION:
+        # Only a later version (the class's, or one set in the config) is added: ids
+        # published before evaluators had versions, all at "1", stay the same.
+        identity["version"] = version
+    identity["judge"] = judge
+    return BoundEvaluator(
+        route=route,
+        label=label,
+        evaluator=evaluator,
+        labels=LabelSet(evaluator.labels()),
+        outcomes={o: metrics.evaluations.labels(route, label, o).inc for o in OUTCOMES},
+        weighted={o: metrics.evaluations_weighted.labels(route, label, o).inc
+                  for o in OUTCOMES},
+        score_hist=metrics.scores.labels(route, label).observe,
+        cost=metrics.evaluation_cost.labels(route, label).inc,
+        seconds=metrics.evaluation_seconds.labels(label).observe,
+        is_label=type(evaluator).is_label_evaluator,
+        result_id=result_ids(route, label, identity),
+        version=version,
+    )
