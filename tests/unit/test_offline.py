@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from evalstream.app import offline
+from evalstream.app.offline_input import read_items
 from evalstream.app.offline_report import (
     EvaluatorSummary,
     Summary,
@@ -55,7 +56,7 @@ def test_read_items_maps_evaldata_and_trace_events(tmp_path: Path) -> None:
         evaldata(3, "sentiment", "neutral", input="ok"),
         {"event_id": "e9", "input": "hi", "output": "hello"},
     ]
-    items = list(offline.read_items([write(tmp_path / "a.jsonl", rows)]))
+    items = list(read_items([write(tmp_path / "a.jsonl", rows)]))
     topic, role, sentiment, flat = items
     assert topic.event.app == "topic_adherence"
     assert topic.event.attributes == {"dataset": "topic_adherence", "criteria": "Hotels only."}
@@ -73,7 +74,7 @@ def test_read_items_names_bad_line(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text('{"event_id": "ok", "output": "hi"}\n\n{"nope": 1}\n', encoding="utf-8")
     with pytest.raises(ConfigError, match=r"bad\.jsonl:3: not a trace event.*missing_output"):
-        list(offline.read_items([path]))
+        list(read_items([path]))
 
 
 def test_eval_routes_a_file_as_any_topic_a_route_matches(
@@ -101,13 +102,13 @@ def test_trace_lines_decode_as_the_worker_decodes_the_routed_input(tmp_path: Pat
         '{"role": "assistant", "content": "hello"}]}\n', encoding="utf-8")
     mapped = InputTopic(topic="llm.traces", mapping={
         "messages": "request.messages", "output": "response.text"})
-    [event] = [i.event for i in offline.read_items([path], [], mapped)]
+    [event] = [i.event for i in read_items([path], [], mapped)]
     assert (event.input, event.output) == ("Where is my order?", "It ships today.")
     assert event.event_id  # derived from (file, line), as from a message's position
     # Without a config: a flat event, with input and output taken from messages as the
     # worker's flat_json does (input was left empty, so input evaluators skipped it).
     bad: list[str] = []
-    [plain] = [i.event for i in offline.read_items([path], bad)]
+    [plain] = [i.event for i in read_items([path], bad)]
     assert (plain.input, plain.output) == ("hi", "hello")
     assert len(bad) == 1  # the first line has no top-level output without the mapping
 
@@ -128,7 +129,7 @@ async def test_run_scores_with_scripted_judge_and_gold(tmp_path: Path) -> None:
     judge = ScriptedJudge({"refusal": lambda r: {"yes": 0.9} if "No" in (r.field("output") or "")
                            else {"no": 0.8, "yes": 0.2},
                            "toxicity": {"1": 1.0}})
-    items = list(offline.read_items([write(tmp_path / "r.jsonl", [
+    items = list(read_items([write(tmp_path / "r.jsonl", [
         evaldata(1, "refusal", False, input="q", output="No."),
         evaldata(2, "refusal", True, input="q", output="Sure, here."),
         evaldata(3, "refusal", True, input="q", output="No way."),
@@ -160,7 +161,7 @@ async def test_run_closes_the_pipeline_when_writing_a_result_fails(
         closed.append(True)
 
     monkeypatch.setattr(Pipeline, "aclose", aclose)
-    items = list(offline.read_items([write(tmp_path / "r.jsonl", [
+    items = list(read_items([write(tmp_path / "r.jsonl", [
         evaldata(1, "refusal", False, input="q", output="No.")])]))
     sink = (tmp_path / "out.jsonl").open("wb")
     sink.close()  # writing the first result raises
@@ -187,7 +188,7 @@ async def test_run_stops_the_other_evaluations_before_closing_their_clients(
         order.append("closed")
 
     monkeypatch.setattr(Pipeline, "aclose", aclose)
-    items = list(offline.read_items([write(tmp_path / "r.jsonl", [
+    items = list(read_items([write(tmp_path / "r.jsonl", [
         evaldata(1, "refusal", False, input="q", output="stall"),
         evaldata(2, "refusal", False, input="q", output="No.")])]))
     sink = (tmp_path / "out.jsonl").open("wb")
@@ -309,7 +310,7 @@ def test_read_items_skips_and_records_bad_lines(tmp_path: Path) -> None:
     # Were AttributeError (turns ["hello"] / a dict) and UnicodeDecodeError tracebacks.
     path = _mixed_file(tmp_path)
     bad: list[str] = []
-    items = list(offline.read_items([path], bad))
+    items = list(read_items([path], bad))
     assert [i.event.event_id for i in items] == ["x-1", "x-6"]
     assert [b.split(": ", 1)[0] for b in bad] == [f"{path}:{n}" for n in (2, 3, 4, 5)]
     assert "turns[0] must be a {role, content} object, not str" in bad[0]
@@ -317,7 +318,7 @@ def test_read_items_skips_and_records_bad_lines(tmp_path: Path) -> None:
     assert "not UTF-8" in bad[2]
     assert "not a trace event or evaldata item: not valid JSON (" in bad[3]
     with pytest.raises(ConfigError, match=r"mixed\.jsonl:2: .*turns\[0\]"):
-        list(offline.read_items([path]))
+        list(read_items([path]))
 
 
 def _args(tmp_path: Path, pattern: str, *, strict: bool = False) -> argparse.Namespace:

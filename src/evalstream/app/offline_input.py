@@ -1,0 +1,180 @@
+"""The input of ``evalstream eval``: JSONL files read and checked line by line into items.
+
+Input lines are either trace events or labelled evaluation items in the ``evaldata``
+schema (``{id, evaluator, input, output, criteria, role, turns, label, source}``).
+An item becomes a TraceEvent whose ``app`` is the item's evaluator, so routes can pick items by
+``match.app``; ``role`` becomes the system prompt, ``turns`` the earlier messages and
+``criteria`` the ``criteria`` attribute. A trace-event line is decoded as the worker decodes
+a message of the routed input (:func:`routed_input`): its format (``flat_json`` or one
+``otlp_json`` batch per line) and field mapping, so an export of the input topic scores as
+the worker would score it. Without a config it is a flat TraceEvent, normalised as
+``flat_json`` does.
+
+A bad line (not UTF-8, not JSON, not a trace event or evaldata item) is either recorded as
+``file:line: reason`` and skipped, or raised as a ``ConfigError``, as the caller chooses.
+"""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from evalstream.config import InputTopic, Settings
+from evalstream.errors import ConfigError, DecodeError
+from evalstream.events import Message, RawRecord, TraceEvent, load_json
+from evalstream.formats import Decoder, decoder_for
+
+__all__ = ["Item", "input_paths", "read_items", "routed_input"]
+
+_EVALDATA_KEYS = frozenset({"id", "evaluator", "label"})
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One event to score and, for labelled data, its gold label and data set name."""
+
+    event: TraceEvent
+    gold: bool | str | None = None
+    dataset: str | None = None
+
+
+def input_paths(patterns: Sequence[str]) -> list[Path]:
+    """The files ``--input`` names: each pattern as a path, or a glob's matches sorted.
+
+    Raises:
+        ConfigError: a glob matches no file.
+    """
+    paths: list[Path] = []
+    for pattern in patterns:
+        matched = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if not matched:
+            raise ConfigError(f"--input {pattern}: no file matches")
+        paths.extend(Path(m) for m in matched)
+    return paths
+
+
+def _turns(raw: Any) -> tuple[Message, ...]:
+    """evaldata ``turns``: null or a list of ``{role, content}`` objects (checked, not trusted)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ValueError(f"turns must be a list of {{role, content}} objects, "
+                         f"not {type(raw).__name__}")
+    turns = []
+    for index, turn in enumerate(raw):
+        if not isinstance(turn, dict):
+            raise ValueError(f"turns[{index}] must be a {{role, content}} object, "
+                             f"not {type(turn).__name__}")
+        role, content = turn.get("role"), turn.get("content")
+        if not isinstance(role, str) or not isinstance(content, str | None):
+            raise ValueError(f"turns[{index}] needs a string role and content")
+        if content:
+            turns.append(Message(role=role, content=content))
+    return tuple(turns)
+
+
+def _from_evaldata(obj: dict[str, Any]) -> Item:
+    turns = _turns(obj.get("turns"))
+    attributes = {"dataset": str(obj["evaluator"])}
+    if obj.get("criteria"):
+        attributes["criteria"] = str(obj["criteria"])
+    event = TraceEvent(event_id=str(obj["id"]), trace_id=str(obj["id"]), app=str(obj["evaluator"]),
+                       system_prompt=obj.get("role"), messages=turns, input=obj.get("input"),
+                       output=obj.get("output"), attributes=attributes)
+    label = obj.get("label")
+    gold = label if isinstance(label, bool | str) else None
+    return Item(event, gold, str(obj["evaluator"]))
+
+
+#: What a line that is not an evaldata item is decoded as without ``--config`` (or when
+#: the routed input's format is not JSON lines): a flat TraceEvent, normalised as the
+#: worker's ``flat_json`` does (``input`` from ``messages``, ids, attributes).
+_PLAIN = InputTopic(topic="eval")
+
+
+def _items(raw: bytes, record: RawRecord, decoder: Decoder) -> list[Item]:
+    """One line's items; raises ``ValueError`` (or a subclass) saying what is wrong.
+
+    An evaldata item is one item; anything else is decoded as the worker decodes a message
+    of the routed input (``decoder``), which may yield several events (an OTLP JSON batch)
+    or none (spans the decoder skips).
+    """
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 (byte {exc.start})") from None
+    try:
+        obj = load_json(line)
+    except ValueError as exc:
+        raise ValueError(f"not valid JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    if obj.keys() >= _EVALDATA_KEYS:
+        return [_from_evaldata(obj)]
+    try:
+        decoded = decoder(record)
+    except DecodeError as exc:
+        raise ValueError(f"{exc.reason}: {exc}") from None
+    return [Item(event) for event in decoded.events]
+
+
+def read_items(paths: Sequence[Path], bad_lines: list[str] | None = None,
+               topic: InputTopic | None = None) -> Iterator[Item]:
+    """Items from JSONL files: evaldata items or trace events, line by line.
+
+    Args:
+        paths: The files.
+        bad_lines: When given, a bad line is recorded here as ``"file:line: reason"`` and
+            skipped; when omitted, it raises.
+        topic: The input whose decoder (format and field mapping) reads lines that are not
+            evaldata items, as the worker would; flat TraceEvents when None or when its
+            format is not JSON (``otlp_proto``).
+
+    Raises:
+        ConfigError: a file cannot be opened, or (without ``bad_lines``) a line is neither
+            kind of item (the message names the file and line).
+    """
+    if topic is None or topic.format == "otlp_proto":
+        topic = _PLAIN
+    decoder = decoder_for(topic)
+    for index, path in enumerate(paths):
+        try:
+            # Bytes, decoded line by line: one non-UTF-8 line must not end the file's reading.
+            handle = path.open("rb")
+        except OSError as exc:
+            raise ConfigError(f"--input {path}: {exc.strerror}") from exc
+        with handle:
+            for number, raw in enumerate(handle, 1):
+                if not raw.strip():
+                    continue
+                # (file, line) stand for (partition, offset): an event without an id gets
+                # one derived from them, as a Kafka message's from its position.
+                record = RawRecord(topic.topic, index, number, raw.strip())
+                try:
+                    items = _items(raw, record, decoder)
+                except (ValueError, KeyError, TypeError, AttributeError, ValidationError) as exc:
+                    detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                    problem = f"{path}:{number}: not a trace event or evaldata item: {detail}"
+                    if bad_lines is None:
+                        raise ConfigError(problem) from None
+                    bad_lines.append(problem)
+                    continue
+                yield from items
+
+
+def routed_input(config: Settings | None, topic: str | None) -> InputTopic | None:
+    """The input whose decoder reads trace lines: ``--topic``'s, else the config's first.
+
+    None without a config, or when no input consumes ``topic`` (lines are then read as
+    flat TraceEvents; a route may still match the topic offline).
+    """
+    if config is None:
+        return None
+    if not topic:
+        return config.inputs[0]
+    return next((t for t in config.inputs if t.topic == topic), None)
