@@ -223,7 +223,7 @@ def result_id(event_id: str, route: str, evaluator: str, evaluator_config: Any) 
     """The id of a result: the same event scored on the same route by the same evaluator
     config gets the same id. The route is part of it: with ``routing: all`` two routes may
     run the same evaluator config on one event, and their results are not duplicates.
-    ``evaluator_config`` is everything that decides the score (the pipeline's ``_bind``:
+    ``evaluator_config`` is everything that decides the score (``_bind`` in ``app/bindings.py``:
     the evaluator spec, its versions, its judge's identity)."""
     return stable_hash(event_id, route, evaluator, evaluator_config)
 

@@ -118,8 +118,9 @@ def build_routes(settings: Settings, judges: Mapping[str, Judge], metrics: Metri
     Raises:
         ConfigError: an evaluator is unknown or its params are invalid (naming the field).
     """
-    # Imported here, not with this module: the builtin judge's package loads its
-    # lexicons (~0.1 s), which is for building judges (``build_judges``) to pay.
+    # Imported when routes are built, not with this module: the builtin judge's package
+    # loads its lexicons (~0.1 s), which a process importing the app layer without
+    # building routes should not pay.
     from evalstream.judges.builtin import VERSION
 
     return tuple(_build_route(ri, route, settings, judges, metrics, sampler, VERSION)
