@@ -13,6 +13,7 @@ says ``capped``, so a result tells such an answer from a confident one. Each dec
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from evalstream.config.judges import CascadeJudgeConfig
@@ -65,9 +66,7 @@ class CascadeJudge(Judge):
                 except JudgeSpendCapError:
                     # The second judge sent nothing: keep the first judge's answer.
                     self._decisions["capped"].inc()
-                    return Judgement(probabilities=first.probabilities,
-                                     info=first.info.model_copy(update={"capped": True}),
-                                     rationale=first.rationale)
+                    return replace(first, info=first.info.model_copy(update={"capped": True}))
                 except BaseException:
                     self._decisions["escalated"].inc()  # escalated, then it failed
                     raise
