@@ -14,7 +14,9 @@ import socket
 import subprocess
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -210,6 +212,20 @@ def _log_has(path: Path, text: str) -> bool:
     return path.exists() and text in path.read_text(errors="replace")
 
 
+async def _sigterm_when(proc: subprocess.Popen[bytes], ready: Callable[[], Any], what: str,
+                        exit_within: float, interval: float = 0.05) -> tuple[int, float]:
+    """Once ``ready``, SIGTERM the worker: its exit code and the seconds it took to exit."""
+    try:
+        await wait_for(ready, timeout=30, what=what, interval=interval)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = await _exit_code(proc, exit_within)
+        return code, time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def _stopped_cleanly(log: Path) -> None:
     text = log.read_text(errors="replace")
     assert text.count(STOPPED_WHILE_STARTING) == 1, text[-2000:]
@@ -245,16 +261,8 @@ async def test_sigterm_while_retrying_a_closed_port_exits_zero_promptly(tmp_path
         f"127.0.0.1:{free_port()}", topics, kafka={"connect_timeout_s": 120}))
     log = tmp_path / "worker.log"
     proc = spawn_worker(config, log=log)
-    try:
-        await wait_for(lambda: _log_has(log, "broker_unreachable"), timeout=30,
-                       what="a failed connection attempt")
-        started = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        code = await _exit_code(proc, 10)
-        elapsed = time.monotonic() - started
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    code, elapsed = await _sigterm_when(proc, lambda: _log_has(log, "broker_unreachable"),
+                                        "a failed connection attempt", exit_within=10)
     assert code == 0, log.read_text()[-2000:]
     assert elapsed < 2.5, f"took {elapsed:.1f}s to stop"
     _stopped_cleanly(log)
@@ -272,17 +280,10 @@ async def test_sigterm_cuts_a_connection_attempt_that_gets_no_answer(tmp_path: P
             f"127.0.0.1:{silent.getsockname()[1]}", topics, kafka={"connect_timeout_s": 60}))
         log = tmp_path / "worker.log"
         proc = spawn_worker(config, log=log)
-        try:
-            # Readable when a connection waits in the backlog: the attempt is under way.
-            await wait_for(lambda: select.select([silent], [], [], 0)[0], timeout=30,
-                           what="the worker's connection attempt")
-            started = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            code = await _exit_code(proc, 30)
-            elapsed = time.monotonic() - started
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        # Readable when a connection waits in the backlog: the attempt is under way.
+        code, elapsed = await _sigterm_when(
+            proc, lambda: select.select([silent], [], [], 0)[0],
+            "the worker's connection attempt", exit_within=30)
     assert code == 0, log.read_text()[-2000:]
     assert elapsed < 2.5, f"took {elapsed:.1f}s to stop"
     _stopped_cleanly(log)
@@ -296,16 +297,8 @@ async def test_sigterm_while_joining_the_group_exits_zero(broker: Broker, tmp_pa
     config = write_config(tmp_path / "worker.yaml", config_dict(broker.bootstrap, topics))
     log = tmp_path / "worker.log"
     proc = spawn_worker(config, log=log)
-    try:
-        await wait_for(lambda: _log_has(log, "worker_started"), timeout=30,
-                       what="the worker to connect", interval=0.01)
-        started = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        code = await _exit_code(proc, 20)
-        elapsed = time.monotonic() - started
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    code, elapsed = await _sigterm_when(proc, lambda: _log_has(log, "worker_started"),
+                                        "the worker to connect", exit_within=20, interval=0.01)
     text = log.read_text(errors="replace")
     assert code == 0, text[-2000:]
     assert elapsed < 8, f"took {elapsed:.1f}s to stop"
