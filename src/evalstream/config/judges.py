@@ -12,6 +12,7 @@ from pydantic import Field, SecretStr, model_validator
 from evalstream.config.section import Section
 
 __all__ = [
+    "ENDPOINT_PATHS",
     "BuiltinJudgeConfig",
     "CascadeJudgeConfig",
     "JudgeConfig",
@@ -61,8 +62,10 @@ def _url_problem(url: str) -> str | None:
     return None
 
 
-#: Paths the judge adds to ``base_url`` (``judges.openai_wire.PATHS``): never a base.
-_ENDPOINT_PATHS = ("/chat/completions", "/completions", "/completion")
+#: The request path each ``api`` adds to ``base_url`` (so never part of a base). The judge
+#: sends to these; ``chat`` comes first, as "/completions" ends its path too.
+ENDPOINT_PATHS = {"chat": "chat/completions", "completions": "completions",
+                  "llamacpp": "completion"}
 
 
 def _endpoint_in_url(url: str) -> str | None:
@@ -70,7 +73,7 @@ def _endpoint_in_url(url: str) -> str | None:
     import httpx
 
     path = httpx.URL(url).path.rstrip("/").lower()
-    return next((p for p in _ENDPOINT_PATHS if path.endswith(p)), None)
+    return next((f"/{p}" for p in ENDPOINT_PATHS.values() if path.endswith(f"/{p}")), None)
 
 
 def header_safe(text: str) -> bool:

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from evalstream.config.judges import ENDPOINT_PATHS
 from evalstream.errors import JudgeError
 from evalstream.judges.prompt import messages_to_prompt
 from evalstream.judges.resilience import parse_retry_after
@@ -36,8 +37,9 @@ __all__ = [
     "response_text",
 ]
 
-# The request path per endpoint flavour, relative to the configured base_url.
-PATHS = {"chat": "chat/completions", "completions": "completions", "llamacpp": "completion"}
+# The request path per endpoint flavour, relative to the configured base_url (defined with
+# the config, which refuses a base_url that already ends with one).
+PATHS = ENDPOINT_PATHS
 # A 400 whose error names one of these parameters rejects logprobs as such (the backend
 # does not support them); any other 400 is about that one request (content filter, prompt
 # too long) and says nothing about logprobs.
