@@ -98,6 +98,17 @@ class Metrics:
             "evalstream_end_to_end_lag_seconds", "From the event's time to its result.",
             buckets=_LAG_BUCKETS, registry=r)
 
+        # --- session windows (routes with `session:`) -------------------------------------
+        self.sessions_open = Gauge(
+            "evalstream_sessions_open", "Session windows open (buffering events), per route.",
+            ["route"], registry=r)
+        self.sessions_closed = Counter(
+            "evalstream_sessions_closed_total",
+            "Session windows closed, by reason: evaluated after the gap, at max_events, "
+            "early at capacity (max_open / max_bytes) or bytes (one session's limit); "
+            "abandoned (revoked or stopping: redelivered, never evaluated here).",
+            ["route", "reason"], registry=r)
+
         # --- output -------------------------------------------------------------------
         self.results_published = Counter(
             "evalstream_results_published_total", "Results acknowledged by the broker.",

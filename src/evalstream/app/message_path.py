@@ -24,7 +24,7 @@ message.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from zlib import crc32
 
 import structlog
@@ -36,6 +36,7 @@ from evalstream.app.intake import SAMPLED_OUT, BatchCounts, Intake
 from evalstream.app.offsets import TP, OffsetTracker, PartitionState
 from evalstream.app.outputs import Outputs
 from evalstream.app.pipeline import Pipeline
+from evalstream.app.session_path import SessionPath
 from evalstream.errors import DecodeError, OutputRejectedError, SinkError
 from evalstream.events import EvalResult, Record, TraceEvent
 from evalstream.logging import get_logger
@@ -63,12 +64,14 @@ class MessagePath:
         committer: Told when work completes.
         slots: The bound on in-flight evaluations.
         fail: Called when output cannot be made durable (the worker then stops).
+        sessions: The session windows (``app/session_path.py``), when a route has one.
     """
 
     def __init__(self, *, max_poll_records: int, source: Source, intake: Intake,
                  pipeline: Pipeline, outputs: Outputs, tracker: OffsetTracker,
                  committer: Committer, slots: InFlight,
-                 fail: Callable[[BaseException], None]) -> None:
+                 fail: Callable[[BaseException], None],
+                 sessions: SessionPath | None = None) -> None:
         self._max_poll_records = max_poll_records
         self.source = source
         self.intake = intake
@@ -81,17 +84,30 @@ class MessagePath:
         self._dl_slots = asyncio.Semaphore(_DEAD_LETTER_CONCURRENCY)
         self._tasks: set[asyncio.Task[None]] = set()
         self._generation = 0
+        self._sessions = sessions
+        #: Without session windows, events are dispatched exactly as before they existed.
+        self._dispatch: Callable[[Record, TP, list[TraceEvent], float | None],
+                                 Awaitable[None]] = (
+            self._dispatch_events if sessions is None else self._dispatch_sessions)
 
-    def rebalanced(self) -> None:
-        """Partitions were assigned or revoked: what was taken before is not started now."""
+    def rebalanced(self, revoked: Sequence[TP] = ()) -> None:
+        """Partitions were assigned or ``revoked``: what was taken before is not started
+        now, and open session windows of revoked partitions are abandoned (redelivered)."""
         self._generation += 1
+        if revoked and self._sessions is not None:
+            self._sessions.abandon(revoked)
 
     async def drain(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` for the evaluations and dead letters under way; cancel
-        what is still running then (uncommitted, so redelivered)."""
-        if not self._tasks:
+        what is still running then (uncommitted, so redelivered). Open session windows are
+        abandoned first, not waited for (they would take their gap)."""
+        tasks = set(self._tasks)
+        if self._sessions is not None:
+            self._sessions.abandon()
+            tasks |= self._sessions.tasks
+        if not tasks:
             return
-        _, pending = await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        _, pending = await asyncio.wait(tasks, timeout=timeout_s)
         if pending:
             log.warning("drain_timeout", abandoned=len(pending), timeout_s=timeout_s)
             for task in pending:
@@ -102,11 +118,25 @@ class MessagePath:
         """Cancel everything under way (closing: the sink is about to go)."""
         for task in list(self._tasks):
             task.cancel()
+        if self._sessions is not None:
+            self._sessions.cancel()
 
     # --- intake -----------------------------------------------------------------------
 
     async def consume(self) -> None:
-        """Poll and handle batches until cancelled, pausing while no slot is free."""
+        """Poll and handle batches until cancelled, pausing while no slot is free (and
+        close session windows as they go quiet, for as long as intake runs)."""
+        if self._sessions is None:
+            await self._consume()
+            return
+        timer = asyncio.create_task(self._sessions.run(), name="sessions")
+        try:
+            await self._consume()
+        finally:
+            timer.cancel()
+            await asyncio.gather(timer, return_exceptions=True)
+
+    async def _consume(self) -> None:
         max_records = self._max_poll_records
         source, slots = self.source, self.slots
         while True:
@@ -191,8 +221,8 @@ class MessagePath:
                 return False
         return True
 
-    async def _dispatch(self, record: Record, tp: TP, events: list[TraceEvent],
-                        fraction: float | None = None) -> None:
+    async def _dispatch_events(self, record: Record, tp: TP, events: list[TraceEvent],
+                               fraction: float | None) -> None:
         """Plan the events' evaluations, track the offset, start them within the bound.
 
         ``fraction`` is the sampling position taken from the message key, if any.
@@ -206,6 +236,35 @@ class MessagePath:
         state = self.tracker.track(tp, record.offset, len(work))
         if state is None:
             return
+        await self._start(record, state, work)
+
+    async def _dispatch_sessions(self, record: Record, tp: TP, events: list[TraceEvent],
+                                 fraction: float | None) -> None:
+        """As ``_dispatch_events``, but an event with a session id is held in its session
+        window on each session route it is planned on (one tracked piece each, completed
+        when the session's results are durable) instead of being evaluated now."""
+        plan, sessions = self.pipeline.plan, self._sessions
+        assert sessions is not None
+        work: list[tuple[TraceEvent, Planned]] = []
+        held: list[tuple[TraceEvent, str, tuple[Planned, ...]]] = []
+        for event in events:
+            planned = plan(event, record.topic, fraction)
+            if event.session_id and planned:
+                now, later = sessions.split(planned)
+                work.extend((event, p) for p in now)
+                held.extend((event, route, tuple(ps)) for route, ps in later.items())
+            else:
+                work.extend((event, p) for p in planned)
+        state = self.tracker.track(tp, record.offset, len(work) + len(held))
+        if state is None:
+            return
+        if held:
+            sessions.hold(record, state, held, len(events))
+        await self._start(record, state, work)
+
+    async def _start(self, record: Record, state: PartitionState,
+                     work: list[tuple[TraceEvent, Planned]]) -> None:
+        """Start ``work`` (tracked under ``state``), each within the in-flight bound."""
         generation = self._generation
         slots = self.slots
         for started, (event, planned) in enumerate(work):

@@ -44,6 +44,7 @@ from evalstream.app.observers import ResultObserver, drift_observer, run_observe
 from evalstream.app.offsets import TP, OffsetTracker
 from evalstream.app.outputs import Outputs
 from evalstream.app.pipeline import Pipeline
+from evalstream.app.session_path import SessionPath
 from evalstream.app.signals import install_stop_signals
 from evalstream.app.waits import SharedDeadline
 from evalstream.config import Settings
@@ -137,10 +138,15 @@ class Worker:
         self.caught_up = CaughtUp(self.source, self.tracker) if until_caught_up else None
 
         self.slots = InFlight(settings.worker.max_in_flight, self.source, self.metrics)
+        #: None unless a route has a session window (``app/session_path.py``).
+        self.sessions = SessionPath.build(
+            settings, self.metrics, pipeline=self.pipeline, outputs=self.outputs,
+            tracker=self.tracker, committer=self.committer, slots=self.slots, fail=self._fail)
         self.message_path = MessagePath(
             max_poll_records=settings.kafka.max_poll_records, source=self.source,
             intake=self.intake, pipeline=self.pipeline, outputs=self.outputs,
-            tracker=self.tracker, committer=self.committer, slots=self.slots, fail=self._fail)
+            tracker=self.tracker, committer=self.committer, slots=self.slots, fail=self._fail,
+            sessions=self.sessions)
         self._stop = asyncio.Event()
         self._observers_stop = asyncio.Event()
         self._closing = False
@@ -245,8 +251,9 @@ class Worker:
         log.info("partitions_assigned", partitions=[f"{t}:{p}" for t, p in sorted(tps)])
 
     async def on_revoked(self, tps: Sequence[TP]) -> None:
-        """Give in-flight work of ``tps`` a bounded time to finish, commit, forget them."""
-        self.message_path.rebalanced()
+        """Give in-flight work of ``tps`` a bounded time to finish, commit, forget them.
+        Their open session windows are abandoned at once (redelivered to the next owner)."""
+        self.message_path.rebalanced(revoked=tps)
         if not self._closing:
             deadline = min(self.settings.worker.shutdown_timeout_s,
                            self.settings.kafka.session_timeout_ms / 2000)

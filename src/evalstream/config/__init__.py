@@ -22,7 +22,13 @@ from evalstream.config.judges import (
 from evalstream.config.kafka import KafkaSettings
 from evalstream.config.loading import format_validation_error, load_settings
 from evalstream.config.masking import masked_dump
-from evalstream.config.routes import EvaluatorSpec, MatchRule, Route, SamplingSettings
+from evalstream.config.routes import (
+    EvaluatorSpec,
+    MatchRule,
+    Route,
+    SamplingSettings,
+    SessionWindow,
+)
 from evalstream.config.settings import (
     LoggingSettings,
     ResultSettings,
@@ -47,6 +53,7 @@ __all__ = [
     "Route",
     "SamplingSettings",
     "ServerSettings",
+    "SessionWindow",
     "Settings",
     "TopicSettings",
     "WorkerSettings",

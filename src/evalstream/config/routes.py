@@ -8,7 +8,8 @@ from pydantic import Field, field_validator, model_validator
 
 from evalstream.config.section import Section
 
-__all__ = ["VERSION_PATTERN", "EvaluatorSpec", "MatchRule", "Route", "SamplingSettings"]
+__all__ = ["VERSION_PATTERN", "EvaluatorSpec", "MatchRule", "Route", "SamplingSettings",
+           "SessionWindow"]
 
 #: What an evaluator version may be, in code (``Evaluator.version``) or in the config
 #: (``EvaluatorSpec.version``): short, and without ``+``, which joins the two in results.
@@ -75,6 +76,24 @@ class MatchRule(Section):
                            "reference", "messages"]] = Field(default_factory=list)
 
 
+class SessionWindow(Section):
+    """A route's session window: its events with a ``session_id`` are evaluated once per
+    conversation, as one merged event, when the session goes quiet (``app/sessions.py``)."""
+
+    #: Seconds without a new event (wall clock, since the session's last one) before the
+    #: session is evaluated. Commits of its partitions wait for it: lag rises by up to this.
+    gap_s: float = Field(default=120.0, gt=0.0, le=86_400.0)
+    #: A session reaching this many events is evaluated at once; later ones start a new part.
+    max_events: int = Field(default=50, ge=2, le=10_000)
+    #: Sessions open at once on this route; when full, the one quiet for longest is
+    #: evaluated early (``closed: capacity`` in its result), never dropped.
+    max_open: int = Field(default=10_000, ge=1)
+    #: Bytes (of the members' messages) held by this route's open sessions; past it, the
+    #: sessions quiet for longest are evaluated early, as for ``max_open``. One session holds
+    #: at most ``worker.max_message_bytes`` (then it is evaluated: ``closed: bytes``).
+    max_bytes: int = Field(default=67_108_864, ge=1)
+
+
 class Route(Section):
     """A named rule: matching events, sampled at ``sample_rate``, go to ``evaluators``."""
 
@@ -82,6 +101,10 @@ class Route(Section):
     match: MatchRule = Field(default_factory=MatchRule)
     sample_rate: float = Field(default=1.0, ge=0.0, le=1.0)
     evaluators: list[EvaluatorSpec] = Field(min_length=1)
+    #: Opt-in: evaluate this route's events per conversation (needs ``sampling.key:
+    #: session_id``, so a session's events are sampled in or out together). Unset: each
+    #: event on its own.
+    session: SessionWindow | None = None
 
     @model_validator(mode="after")
     def _unique_labels(self) -> Route:

@@ -191,6 +191,20 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _sessions_sampled_whole(self) -> Settings:
+        # Every event of a session must be in or out together: sampled on another key, a
+        # window would hold a random share of each conversation and judge it as the whole.
+        if self.sampling.key == "session_id":
+            return self
+        for ri, route in enumerate(self.routes):
+            if route.session is not None:
+                raise ValueError(
+                    f"routes[{ri}] ({route.name}).session: a session window needs "
+                    f"sampling.key: session_id (it is {self.sampling.key!r}), so that a "
+                    f"conversation's events are sampled in or out together")
+        return self
+
+    @model_validator(mode="after")
     def _names_listed_once(self) -> Settings:
         for field, what, names in (("routes", "route name", [r.name for r in self.routes]),
                                    ("inputs", "topic", [i.topic for i in self.inputs])):
