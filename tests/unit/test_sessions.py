@@ -59,7 +59,8 @@ def test_a_session_closes_once_quiet_for_the_gap_since_its_last_event() -> None:
     assert [m.event.event_id for m in closed.members] == ["e1", "e2"]
     assert closed.details() == {"closed": "gap", "events": 2, "part": 1, "late": False,
                                 "event_ids": ["e1", "e2"]}
-    assert s.open_count() == 0 and s.next_deadline() is None
+    assert s.open_count() == 0
+    assert s.next_deadline() is None
 
 
 def test_sessions_close_independently_in_order_of_quiet() -> None:
