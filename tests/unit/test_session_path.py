@@ -1,0 +1,75 @@
+"""Session windows through the worker on in-memory doubles: a revoke abandons the open
+windows of its partitions at once (not after its drain deadline), uncommitted, and the
+redelivered events are windowed again and evaluated once, whole."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from prometheus_client import CollectorRegistry
+
+from evalstream.app.worker import Worker
+from evalstream.config import load_settings
+from evalstream.events import RawRecord, dump_json
+from evalstream.sinks.memory import MemorySink
+from evalstream.sources.memory import MemorySource
+from tests.integration.workerkit import wait_for
+
+TP0 = ("traces", 0)
+TP1 = ("traces", 1)
+
+
+def record(partition: int, offset: int, session: str | None) -> RawRecord:
+    body = {"event_id": f"{session}-{offset}", "input": f"question {offset}",
+            "output": f"answer {offset}"}
+    if session is not None:
+        body["session_id"] = session
+    return RawRecord("traces", partition, offset, dump_json(body))
+
+
+def worker(source: MemorySource, sink: MemorySink, gap_s: float) -> Worker:
+    settings = load_settings(
+        None, inputs=[{"topic": "traces"}], sampling={"key": "session_id"},
+        routes=[{"name": "chat", "session": {"gap_s": gap_s},
+                 "evaluators": [{"evaluator": "refusal"}]}],
+        server={"host": "127.0.0.1", "port": 0}, drift={"enabled": False},
+        worker={"commit_interval_s": 0.05, "shutdown_timeout_s": 20},
+        kafka={"session_timeout_ms": 45_000})
+    return Worker(settings, registry=CollectorRegistry(), source=source, sink=sink)
+
+
+async def test_a_revoke_abandons_open_sessions_at_once_and_they_are_redone_whole() -> None:
+    source = MemorySource([record(0, 0, "a"), record(0, 1, "a"), record(0, 2, None),
+                           record(1, 0, "b")])
+    sink = MemorySink()
+    w = worker(source, sink, gap_s=1.5)
+    sessions = w.sessions
+    assert sessions is not None
+    ready = asyncio.Event()
+    run = asyncio.create_task(w.run(ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 5)
+        await wait_for(lambda: sessions.store.open_count() == 2 and len(sink.results) == 1,
+                       timeout=5, what="both sessions held, the plain event evaluated")
+        started = time.monotonic()
+        await source.revoke([TP0])
+        # The drain deadline is 20 s: the open window was abandoned, not waited for.
+        assert time.monotonic() - started < 2
+        assert sessions.store.open_count() == 1  # b, on the partition kept
+        assert source.committed.get(TP0, 0) == 0  # held behind session a: nothing committed
+        assert [r.event_id for r in sink.results] == ["None-2"]
+
+        # The partition comes back: its records are redelivered and windowed again.
+        await w.on_assigned([TP0])
+        await wait_for(lambda: source.committed.get(TP0) == 3 and source.committed.get(TP1) == 1,
+                       timeout=10, what="both partitions committed to the end")
+    finally:
+        w.request_stop()
+        assert await asyncio.wait_for(run, 10) == 0
+    by_session = {r.session_id: r for r in sink.results if r.session_id is not None}
+    assert sorted(by_session) == ["a", "b"]
+    assert len([r for r in sink.results if r.session_id == "a"]) == 1
+    assert by_session["a"].details["session"]["event_ids"] == ["a-0", "a-1"]
+    # The plain event was redone too: it sat behind the open session, uncommitted.
+    assert [r.event_id for r in sink.results].count("None-2") == 2
