@@ -94,6 +94,17 @@ def test_an_event_after_its_session_was_evaluated_opens_a_late_part() -> None:
     assert closed.details()["late"] is True
 
 
+def test_a_late_part_abandoned_and_redelivered_is_still_late() -> None:
+    feed, s = Feed(), store(gap_s=10)
+    add(s, feed.member("e1"), 0.0)
+    s.due(10.0)
+    add(s, feed.member("e2"), 30.0)
+    assert len(s.abandon()) == 1
+    add(s, feed.member("e2"), 31.0)
+    (closed,) = s.due(41.0)
+    assert (closed.window.part, closed.window.late) == (2, True)
+
+
 def test_max_open_closes_the_session_quiet_for_longest_never_drops_it() -> None:
     feed, s = Feed(), store(gap_s=100, max_open=2)
     add(s, feed.member("a1", "a"), 0.0)

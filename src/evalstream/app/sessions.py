@@ -147,7 +147,8 @@ class SessionStore:
         if window is None:
             while len(state.open) >= state.config.max_open:
                 closed.append(self._close(state, next(iter(state.open.values())), "capacity"))
-            part, reason = state.parts.pop(session_id, (0, ""))
+            # Read, not taken: if this part is abandoned, its redelivery is still part n+1.
+            part, reason = state.parts.get(session_id, (0, ""))
             window = Window(route, session_id, planned, part + 1, late=reason == "gap")
             state.open[session_id] = window
         else:
