@@ -130,11 +130,17 @@ class MessagePath:
             await self._consume()
             return
         timer = asyncio.create_task(self._sessions.run(), name="sessions")
+        # Without its timer no session would ever close, and commits would stop for good.
+        timer.add_done_callback(self._timer_done)
         try:
             await self._consume()
         finally:
             timer.cancel()
             await asyncio.gather(timer, return_exceptions=True)
+
+    def _timer_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self._fail(exc)
 
     async def _consume(self) -> None:
         max_records = self._max_poll_records

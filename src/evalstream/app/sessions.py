@@ -187,6 +187,7 @@ class SessionStore:
         None): their partitions are revoked, or the worker stops. A window spanning several
         partitions goes whole (see the README: key messages by session for one partition)."""
         out: list[Window] = []
+        tps = None if tps is None else set(tps)
         for state in self._routes.values():
             gone = [w for w in state.open.values()
                     if tps is None or any(m.tp in tps for m in w.members)]
