@@ -17,6 +17,11 @@ Every rebalance starts a new generation (:meth:`MessagePath.rebalanced`): work t
 before it is not started after it, since the partition may now be someone else's (or
 ours again with fresh state), and its offsets are redone by the new owner.
 
+On a route with a session window, an event with a ``session_id`` is held instead of
+evaluated (``app/session_path.py``): it stays a tracked piece of its message's work until
+its session's results are durable. Without such a route the dispatch is the one it was
+before session windows existed (chosen once, in the constructor).
+
 This is the hot path: collaborators are looked up once per batch into locals, never per
 message.
 """
