@@ -180,3 +180,46 @@ async def test_a_worker_stopped_mid_window_loses_nothing(broker: Broker) -> None
     replay = (await results(broker.bootstrap, topics.results))[len(published):]
     assert len(replay) == 4 + 2 * len(SESSIONS)
     assert {r["result_id"] for r in replay} == {r["result_id"] for r in published}
+
+
+async def test_a_rebalance_abandons_open_sessions_and_the_new_owner_redoes_them(
+        broker: Broker) -> None:
+    topics = Topics.fresh("sessions-group")
+    await topics.create(broker.bootstrap, partitions=2)
+    sessions = {f"g-{i}": 2 + i % 3 for i in range(6)}
+    values = [turn(s, i) for s, n in sessions.items() for i in range(n)]
+    keys = [s.encode() for s, n in sessions.items() for _ in range(n)]  # one partition each
+    ends = await produce(broker.bootstrap, topics.inputs, values, keys=keys)
+    kafka = {"session_timeout_ms": 3000}
+
+    registry = CollectorRegistry()
+    a = Worker(settings(broker, topics, gap_s=60, kafka=kafka), registry=registry)
+    b = Worker(settings(broker, topics, gap_s=0.5, kafka=kafka), registry=CollectorRegistry())
+    async with running(a) as a_task:
+        await wait_for(lambda: open_sessions(registry) == len(sessions), timeout=20,
+                       what="a holding every session")
+        async with running(b, timeout=30):
+            # b joining revokes a's partitions: a's open sessions are abandoned at once.
+            await wait_for(lambda: (registry.get_sample_value(
+                "evalstream_sessions_closed_total",
+                {"route": "chat", "reason": "abandoned"}) or 0) >= len(sessions),
+                timeout=30, what="a abandoning its sessions on the revoke")
+            a.request_stop()
+            assert await asyncio.wait_for(asyncio.shield(a_task), timeout=20) == 0
+
+            async def all_committed() -> bool:
+                got = await committed(broker.bootstrap, topics.group, topics.inputs, 2)
+                return all(got[p] >= end for p, end in ends.items())
+
+            await wait_for(all_committed, timeout=40, what="b committing every partition")
+    # a (gap 60 s) evaluated none; b evaluated every session whole, each evaluator once
+    # per session id, repeats (if any) under the same result id.
+    assert not registry.get_sample_value("evalstream_sessions_closed_total",
+                                         {"route": "chat", "reason": "gap"})
+    published = by_session(await results(broker.bootstrap, topics.results))
+    assert set(published) == set(sessions)
+    for session, n in sessions.items():
+        got = published[session]
+        assert {r["details"]["session"]["events"] for r in got} == {n}
+        ids = {(r["evaluator"], r["result_id"]) for r in got}
+        assert sorted(e for e, _ in ids) == ["frustration", "role_adherence"]
