@@ -104,8 +104,8 @@ class Metrics:
             ["route"], registry=r)
         self.sessions_closed = Counter(
             "evalstream_sessions_closed_total",
-            "Session windows closed, by reason: evaluated after the gap, at max_events, "
-            "early at capacity (max_open / max_bytes) or bytes (one session's limit); "
+            "Session windows closed, by reason: evaluated after the gap, at max_events, at "
+            "max_age, early at capacity (max_open / max_bytes) or bytes (one session's limit); "
             "abandoned (revoked or stopping: redelivered, never evaluated here).",
             ["route", "reason"], registry=r)
 

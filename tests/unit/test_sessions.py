@@ -84,6 +84,21 @@ def test_max_events_closes_at_once_and_the_next_event_starts_part_two() -> None:
     assert [m.event.event_id for m in closed.members] == ["e4"]
 
 
+def test_a_session_that_never_goes_quiet_closes_at_max_age() -> None:
+    feed, s = Feed(), store(gap_s=10, max_age_s=25)
+    for t in range(0, 30, 5):  # an event every 5 s: never quiet for 10
+        add(s, feed.member(f"e{t}"), float(t))
+        if t == 20:
+            assert s.next_deadline() == 25.0
+    # Closed at 25 s (the event at 25 came first, in the same window), never later.
+    (closed,) = s.due(25.0)
+    assert closed.reason == "max_age"
+    assert len(closed.members) == 6
+    add(s, feed.member("e30"), 30.0)
+    assert s.due(39.9) == []
+    assert [c.reason for c in s.due(40.0)] == ["gap"]
+
+
 def test_an_event_after_its_session_was_evaluated_opens_a_late_part() -> None:
     feed, s = Feed(), store(gap_s=10)
     add(s, feed.member("e1"), 0.0)

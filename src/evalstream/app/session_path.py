@@ -122,11 +122,11 @@ class SessionPath:
     async def run(self) -> None:
         """Close and evaluate windows as they go quiet, until cancelled.
 
-        A window opened later goes quiet no sooner than its route's gap from now, so
-        sleeping until the next deadline, or the shortest gap, misses none.
+        A window opened later is due no sooner than its route's gap (or max age) from
+        now, so sleeping until the next deadline, or the shortest of those, misses none.
         """
         store, clock = self.store, self._clock
-        shortest = min(store.gap(route) for route in self.routes)
+        shortest = min(store.soonest(route) for route in self.routes)
         while True:
             now = clock()
             for closed in store.due(now):

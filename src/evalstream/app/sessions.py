@@ -7,9 +7,11 @@ offsets of its members) is ``app/session_path.py``.
 On a route with ``session:``, each event with a ``session_id`` joins the open window of
 (route, session_id). A window closes, and is handed back to be evaluated once as a whole,
 when it has been quiet for ``gap_s`` (reason ``gap``), when it reaches ``max_events``
-(``max_events``), when the route's ``max_open`` sessions or ``max_bytes`` are reached and it
-is the one quiet for longest (``capacity``), or when one more event would take it past the
-per-session byte limit (``bytes``). A window is never dropped: :meth:`SessionStore.abandon`
+(``max_events``), when it has been open for ``max_age_s`` (``max_age``: this bounds how
+long it holds its partition's commits, however steadily the conversation goes on), when
+the route's ``max_open`` sessions or ``max_bytes`` are reached and it is the one quiet for
+longest (``capacity``), or when one more event would take it past the per-session byte
+limit (``bytes``). A window is never dropped: :meth:`SessionStore.abandon`
 hands open windows back (a revoke or a stop) so their members' offsets stay uncommitted.
 
 An event arriving after its session closed opens a new window, a continuation: its
@@ -35,7 +37,7 @@ from evalstream.events import Message, TraceEvent, stable_hash
 __all__ = ["REASONS", "Closed", "Member", "SessionStore", "Window", "merge_events"]
 
 #: Why a window closed (``evalstream_sessions_closed_total``'s reason label).
-REASONS = ("gap", "max_events", "capacity", "bytes", "abandoned")
+REASONS = ("gap", "max_events", "max_age", "capacity", "bytes", "abandoned")
 
 
 @dataclass(slots=True)
@@ -64,6 +66,8 @@ class Window:
     size: int = 0
     #: ``now`` of its last event.
     last: float = 0.0
+    #: ``now`` of its first event.
+    opened: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +100,14 @@ class Closed:
 
 
 class _Route:
-    __slots__ = ("bytes", "config", "open", "parts")
+    __slots__ = ("by_age", "bytes", "config", "open", "parts")
 
     def __init__(self, config: SessionWindow) -> None:
         self.config = config
         #: Open windows by session id, the one quiet for longest first.
         self.open: OrderedDict[str, Window] = OrderedDict()
+        #: The same windows, the one opened first first (insertion order).
+        self.by_age: dict[str, Window] = {}
         self.bytes = 0
         #: Closed sessions' last (part, reason), the most recent last; bounded by max_open.
         self.parts: OrderedDict[str, tuple[int, str]] = OrderedDict()
@@ -124,9 +130,10 @@ class SessionStore:
         """The names of the routes with a session window."""
         return frozenset(self._routes)
 
-    def gap(self, route: str) -> float:
-        """The route's ``gap_s``."""
-        return self._routes[route].config.gap_s
+    def soonest(self, route: str) -> float:
+        """The soonest a window of ``route`` opened now can be due (gap or max age)."""
+        config = self._routes[route].config
+        return min(config.gap_s, config.max_age_s)
 
     def open_count(self, route: str | None = None) -> int:
         """Open windows of ``route`` (every route when None)."""
@@ -149,8 +156,10 @@ class SessionStore:
                 closed.append(self._close(state, next(iter(state.open.values())), "capacity"))
             # Read, not taken: if this part is abandoned, its redelivery is still part n+1.
             part, reason = state.parts.get(session_id, (0, ""))
-            window = Window(route, session_id, planned, part + 1, late=reason == "gap")
+            window = Window(route, session_id, planned, part + 1, late=reason == "gap",
+                            opened=now)
             state.open[session_id] = window
+            state.by_age[session_id] = window
         else:
             state.open.move_to_end(session_id)
         window.members.append(member)
@@ -165,20 +174,28 @@ class SessionStore:
         return closed
 
     def due(self, now: float) -> list[Closed]:
-        """Close and return the windows quiet for their route's ``gap_s`` by ``now``."""
+        """Close and return the windows quiet for their route's ``gap_s`` by ``now``, and
+        those open for its ``max_age_s``."""
         closed: list[Closed] = []
         for state in self._routes.values():
             gap, windows = state.config.gap_s, state.open
             while windows:
-                oldest = next(iter(windows.values()))
-                if oldest.last + gap > now:
+                quietest = next(iter(windows.values()))
+                if quietest.last + gap > now:
                     break
-                closed.append(self._close(state, oldest, "gap"))
+                closed.append(self._close(state, quietest, "gap"))
+            max_age, by_age = state.config.max_age_s, state.by_age
+            while by_age:
+                oldest = next(iter(by_age.values()))
+                if oldest.opened + max_age > now:
+                    break
+                closed.append(self._close(state, oldest, "max_age"))
         return closed
 
     def next_deadline(self) -> float | None:
-        """When the next window goes quiet (None: none open)."""
-        deadlines = [next(iter(s.open.values())).last + s.config.gap_s
+        """When the next window goes quiet or grows too old (None: none open)."""
+        deadlines = [min(next(iter(s.open.values())).last + s.config.gap_s,
+                         next(iter(s.by_age.values())).opened + s.config.max_age_s)
                      for s in self._routes.values() if s.open]
         return min(deadlines) if deadlines else None
 
@@ -193,12 +210,14 @@ class SessionStore:
                     if tps is None or any(m.tp in tps for m in w.members)]
             for window in gone:
                 del state.open[window.session_id]
+                del state.by_age[window.session_id]
                 state.bytes -= window.size
             out.extend(gone)
         return out
 
     def _close(self, state: _Route, window: Window, reason: str) -> Closed:
         del state.open[window.session_id]
+        del state.by_age[window.session_id]
         state.bytes -= window.size
         parts = state.parts
         parts[window.session_id] = (window.part, reason)

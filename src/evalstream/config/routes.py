@@ -85,6 +85,9 @@ class SessionWindow(Section):
     gap_s: float = Field(default=120.0, gt=0.0, le=86_400.0)
     #: A session reaching this many events is evaluated at once; later ones start a new part.
     max_events: int = Field(default=50, ge=2, le=10_000)
+    #: A session open this long (since its first event) is evaluated even if still active:
+    #: the longest a session holds its partition's commits back.
+    max_age_s: float = Field(default=900.0, gt=0.0, le=86_400.0)
     #: Sessions open at once on this route; when full, the one quiet for longest is
     #: evaluated early (``closed: capacity`` in its result), never dropped.
     max_open: int = Field(default=10_000, ge=1)
