@@ -215,6 +215,15 @@ def test_per_turn_events_become_alternating_turns_in_time_order() -> None:
     assert merged.timestamp == T0 + timedelta(seconds=3)
 
 
+def test_separate_input_and_output_events_alternate() -> None:
+    events = [TraceEvent(event_id="1", input="hi"), TraceEvent(event_id="2", output="hello"),
+              TraceEvent(event_id="3", input="bye"), TraceEvent(event_id="4", output="ciao")]
+    merged = merge_events("s", events)
+    assert turns(merged) == [("user", "hi"), ("assistant", "hello"), ("user", "bye"),
+                             ("assistant", "ciao")]
+    assert (merged.input, merged.output) == ("bye", "ciao")
+
+
 def test_regenerated_answers_and_trailing_windows_of_history() -> None:
     u1, a1 = msg("user", "hi"), msg("assistant", "hello")
     first = TraceEvent(event_id="e1", messages=(u1,), input="hi", output="hello")
