@@ -143,7 +143,7 @@ async def test_a_worker_stopped_mid_window_loses_nothing(broker: Broker) -> None
         worker.request_stop()
         assert await asyncio.wait_for(asyncio.shield(task), timeout=15) == 0
     # The drain did not wait out the 60 s gap, and nothing of the sessions was committed.
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 5  # the drain deadline is 10 s
     assert registry.get_sample_value("evalstream_sessions_closed_total",
                                      {"route": "chat", "reason": "abandoned"}) == len(SESSIONS)
     assert (await committed(broker.bootstrap, topics.group, topics.inputs, 1))[0] == 0
