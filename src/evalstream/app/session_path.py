@@ -81,14 +81,17 @@ class SessionPath:
         self.tasks: set[asyncio.Task[None]] = set()
 
     @classmethod
-    def build(cls, settings: Settings, metrics: Metrics, **parts: Any) -> SessionPath | None:
+    def build(cls, settings: Settings, metrics: Metrics, *, pipeline: Pipeline,
+              outputs: Outputs, tracker: OffsetTracker, committer: Committer, slots: InFlight,
+              fail: Callable[[BaseException], None]) -> SessionPath | None:
         """The session path of ``settings``, or None when no route has a session window
         (then nothing here is on the message path at all)."""
         windows = {r.name: r.session for r in settings.routes if r.session is not None}
         if not windows:
             return None
         store = SessionStore(windows, settings.worker.max_message_bytes)
-        return cls(store, metrics, **parts)
+        return cls(store, metrics, pipeline=pipeline, outputs=outputs, tracker=tracker,
+                   committer=committer, slots=slots, fail=fail)
 
     # --- intake -------------------------------------------------------------------------
 

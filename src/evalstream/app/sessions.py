@@ -202,7 +202,9 @@ class SessionStore:
     def abandon(self, tps: Collection[TP] | None = None) -> list[Window]:
         """Take out, unevaluated, the open windows holding a member of ``tps`` (all when
         None): their partitions are revoked, or the worker stops. A window spanning several
-        partitions goes whole (see the README: key messages by session for one partition)."""
+        partitions goes whole (see the README: key messages by session for one partition);
+        aiokafka's rebalances are eager (every partition is revoked at once), so no member
+        of it is left on a partition kept, where it would hold the commits."""
         out: list[Window] = []
         tps = None if tps is None else set(tps)
         for state in self._routes.values():
