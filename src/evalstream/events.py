@@ -18,6 +18,9 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "CANARY_ATTRIBUTE",
+    "CANARY_MARK",
+    "GOLD_ATTRIBUTE_PREFIX",
     "SCHEMA_VERSION",
     "Alert",
     "EvalResult",
@@ -35,9 +38,20 @@ __all__ = [
 ]
 
 #: The version of the published contracts (``EvalResult``, ``Alert``; the ``schema_version``
-#: field and header). Minor: fields added (1.1: ``EvalResult.evaluator_version``); major:
-#: a field removed, renamed or retyped.
-SCHEMA_VERSION = "1.1"
+#: field and header). Minor: fields added (1.1: ``EvalResult.evaluator_version``; 1.2:
+#: ``canary`` and ``gold``); major: a field removed, renamed or retyped.
+SCHEMA_VERSION = "1.2"
+
+#: The event attribute that marks a canary: an event with a known answer, injected to check
+#: the judge inside the stream. ``"true"`` makes the event a canary: it is evaluated whatever
+#: the sampling rate and kept out of traffic counts (``app/calibration.py``).
+CANARY_ATTRIBUTE = "evalstream.canary"
+#: ``CANARY_ATTRIBUTE`` as the bytes a message carries: a raw message without them holds no
+#: canary (checked before deciding to skip a message undecoded).
+CANARY_MARK = CANARY_ATTRIBUTE.encode("ascii")
+#: A canary's gold answer for one evaluator: ``evalstream.gold.<evaluator name>`` =
+#: ``true``/``false`` (binary: ``true`` is the desirable outcome) or a class label.
+GOLD_ATTRIBUTE_PREFIX = "evalstream.gold."
 
 
 def utcnow() -> datetime:
@@ -217,6 +231,13 @@ class EvalResult(BaseModel):
     sample_rate: float = Field(default=1.0, gt=0.0, le=1.0)
     event_time: datetime | None = None
     evaluated_at: datetime = Field(default_factory=utcnow)
+    #: The event was a canary (``evalstream.canary: "true"``): evaluated whatever the sampling
+    #: rate (``sample_rate`` is then 1), never counted as traffic. False in results from
+    #: before schema 1.2.
+    canary: bool = False
+    #: A canary's gold answer for this evaluator as given (``"true"``/``"false"`` or a
+    #: class label), when it had a valid one; None otherwise.
+    gold: str | None = None
 
 
 def result_id(event_id: str, route: str, evaluator: str, evaluator_config: Any) -> str:

@@ -152,6 +152,42 @@ class Metrics:
             "judge's answer stands).",
             ["judge", "decision"], registry=r)
 
+        # --- canaries: the judge checked against gold answers in the stream --------------
+        # Canary results count here and nowhere above (no outcome, weighted, score or
+        # label series, no pass-rate window): they are not sampled like traffic. Sums, not
+        # gauges, so Prometheus can compute agreement, Brier and ECE over any window.
+        self.canary_evaluations = Counter(
+            "evalstream_canary_evaluations_total",
+            "Canary evaluations by outcome (agreed, disagreed with the gold answer; "
+            "no_gold, invalid_gold, unscored, error, skipped).",
+            ["route", "evaluator", "judge", "outcome"], registry=r)
+        self.canary_brier = Counter(
+            "evalstream_canary_brier_total",
+            "Sum of the Brier scores of canary results compared with their gold answer.",
+            ["route", "evaluator", "judge"], registry=r)
+        self.canary_bin_results = Counter(
+            "evalstream_canary_calibration_results_total",
+            "Compared canary results per confidence bin (bin = lower edge of a 0.1-wide bin "
+            "of the confidence in the predicted class).",
+            ["route", "evaluator", "judge", "bin"], registry=r)
+        self.canary_bin_confidence = Counter(
+            "evalstream_canary_calibration_confidence_total",
+            "Sum of the confidence in the predicted class of compared canary results, per "
+            "confidence bin.",
+            ["route", "evaluator", "judge", "bin"], registry=r)
+        self.canary_bin_correct = Counter(
+            "evalstream_canary_calibration_correct_total",
+            "Compared canary results whose prediction matched the gold answer, per "
+            "confidence bin.",
+            ["route", "evaluator", "judge", "bin"], registry=r)
+        self.canary_gold_ignored = Counter(
+            "evalstream_canary_gold_ignored_total",
+            "Canary markings not used, by reason (unknown_evaluator: a gold attribute names "
+            "no evaluator the canary went to; not_canary: gold on an event not marked as a "
+            "canary; no_route: a canary matching no route; invalid_marker: evalstream.canary "
+            "neither true nor false).",
+            ["reason"], registry=r)
+
         # --- live pass rates and drift --------------------------------------------------
         self.pass_rate = Gauge(
             "evalstream_pass_rate", "Weighted pass rate over a sliding window (NaN: too few).",

@@ -22,6 +22,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from evalstream.config import (
     BuiltinJudgeConfig,
+    CanarySettings,
     InputTopic,
     JudgeConfig,
     LoggingSettings,
@@ -169,7 +170,7 @@ def test_commented_examples_are_valid_settings() -> None:
 @pytest.mark.parametrize(("section", "model"), [
     ("kafka", KafkaSettings), ("topics", TopicSettings), ("sampling", SamplingSettings),
     ("worker", WorkerSettings), ("server", ServerSettings), ("drift", DriftSettings),
-    ("results", ResultSettings), ("logging", LoggingSettings),
+    ("results", ResultSettings), ("logging", LoggingSettings), ("canaries", CanarySettings),
 ])
 def test_example_values_are_the_defaults(section: str, model: type[BaseModel]) -> None:
     # The file as shipped (nothing uncommented): a user reads its values as the defaults.

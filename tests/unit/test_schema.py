@@ -42,8 +42,13 @@ def test_schema_accepts_results_and_rejects_broken_ones() -> None:
         event_time=datetime(2026, 1, 1, tzinfo=UTC))
     error = EvalResult(result_id="r", event_id="e", trace_id="t", route="main",
                        evaluator="refusal", status="error", error="judge: timeout")
-    for result in (full, error):
+    canary = full.model_copy(update={"canary": True, "gold": "true", "sample_rate": 1.0})
+    for result in (full, error, canary):
         validator.validate(json.loads(dump_json(result)))
+    assert json.loads(dump_json(canary))["canary"] is True
+    wrong = json.loads(dump_json(canary))
+    wrong["canary"] = "yes"
+    assert not validator.is_valid(wrong)
     broken = json.loads(dump_json(full))
     broken["score"] = 1.5
     assert not validator.is_valid(broken)

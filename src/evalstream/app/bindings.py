@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from evalstream.app.calibration import CanaryGold
 from evalstream.config import EvaluatorSpec, Route, Settings
 from evalstream.config.judges import judge_identity
 from evalstream.errors import ConfigError
@@ -68,14 +69,22 @@ class BoundEvaluator:
     result_id: Callable[[str], str]
     #: ``EvalResult.evaluator_version`` of its results (``Evaluator.result_version``).
     version: str
+    #: The configured name of its judge (``EvaluatorSpec.judge``): the ``judge`` label of
+    #: the canary calibration metrics.
+    judge: str = "builtin"
 
 
 @dataclass(frozen=True, slots=True)
 class Planned:
-    """One evaluation to run: an evaluator of a route, at the rate the event was sampled."""
+    """One evaluation to run: an evaluator of a route, at the rate the event was sampled.
+
+    A canary's evaluation (``canary`` set: its gold answer for this evaluator) is planned
+    whatever the sampling, at rate 1, and counted as calibration, not traffic.
+    """
 
     bound: BoundEvaluator
     sample_rate: float
+    canary: CanaryGold | None = None
 
     @property
     def route(self) -> str:
@@ -171,4 +180,5 @@ def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],
         is_label=type(evaluator).is_label_evaluator,
         result_id=result_ids(route, label, identity),
         version=version,
+        judge=spec.judge,
     )

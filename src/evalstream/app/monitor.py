@@ -51,7 +51,14 @@ class DriftMonitor:
         self._outbox: list[Alert] = []
 
     def observe(self, result: EvalResult) -> None:
-        """Count one acknowledged result (errors and verdict-less results are ignored)."""
+        """Count one acknowledged result (errors and verdict-less results are ignored).
+
+        Canary results are ignored too: they are evaluated whatever the sampling and their
+        content is chosen, so in a pass-rate window they would bias it and could fire or
+        mask an alert (they are counted in ``evalstream_canary_*`` instead).
+        """
+        if result.canary:
+            return
         self.engine.observe(result, self._clock())
 
     def tick(self) -> list[Alert]:

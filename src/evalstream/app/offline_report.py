@@ -4,6 +4,8 @@ Pure: it accumulates results (and gold labels where the input carried them) per
 (route, evaluator) and renders a table. For binary evaluators the gold label is "passed"
 (``true`` = the desirable outcome) and the forecast is ``score`` = p(good outcome); for label
 evaluators the gold label is a class and the forecast is the ``probabilities`` mapping.
+The comparison itself is ``app/calibration.py``'s, which the worker's canaries use too, so
+the live and offline figures agree on the same inputs.
 """
 
 from __future__ import annotations
@@ -11,13 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from evalstream.app.calibration import ECE_BINS, compare, confidence_bin
 from evalstream.drift.stats import wilson_interval
 from evalstream.events import EvalResult
 
-__all__ = ["EvaluatorSummary", "Summary", "expected_calibration_error", "macro_f1"]
-
-#: Bins of the expected calibration error (equal width over the confidence).
-ECE_BINS = 10
+__all__ = ["ECE_BINS", "EvaluatorSummary", "Summary", "expected_calibration_error",
+           "macro_f1"]
 
 
 def macro_f1(gold: Sequence[str], predicted: Sequence[str]) -> float:
@@ -43,7 +44,7 @@ def expected_calibration_error(confidence: Sequence[float], correct: Sequence[bo
     conf_sum = [0.0] * bins
     hits = [0] * bins
     for c, ok in zip(confidence, correct, strict=True):
-        b = min(bins - 1, int(c * bins))
+        b = confidence_bin(c, bins)
         totals[b] += 1
         conf_sum[b] += c
         hits[b] += int(ok)
@@ -83,22 +84,13 @@ class EvaluatorSummary:
         if result.score is not None:
             self.scored += 1
             self.score_sum += result.score
-        if isinstance(gold, bool) and result.passed is not None:
-            p_good = result.score if result.score is not None else float(result.passed)
-            self._compare(str(gold).lower(), str(result.passed).lower(),
-                          (p_good - float(gold)) ** 2, p_good if result.passed else 1 - p_good)
-        elif isinstance(gold, str) and result.label is not None and result.probabilities:
-            probs = result.probabilities
-            brier = sum((probs.get(k, 0.0) - float(k == gold)) ** 2
-                        for k in set(probs) | {gold})
-            self._compare(gold, result.label, brier, probs.get(result.label, 0.0))
-
-    def _compare(self, gold: str, predicted: str, brier: float, confidence: float) -> None:
-        self.gold.append(gold)
-        self.predicted.append(predicted)
-        self.brier.append(brier)
-        self.confidence.append(min(1.0, max(0.0, confidence)))
-        self.correct.append(gold == predicted)
+        comparison = compare(result, gold) if gold is not None else None
+        if comparison is not None:
+            self.gold.append(comparison.gold)
+            self.predicted.append(comparison.predicted)
+            self.brier.append(comparison.brier)
+            self.confidence.append(comparison.confidence)
+            self.correct.append(comparison.correct)
 
     def row(self) -> dict[str, str]:
         """The printable figures."""

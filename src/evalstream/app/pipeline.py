@@ -12,6 +12,10 @@ It owns what happens per event and per evaluation: the sampling and routing deci
 running an evaluator, building its result (or the error result standing in for it) and
 counting the outcome. What is fixed by the settings (evaluators created and bound to their
 metric children, result ids and rates) is built once in ``app/bindings.py``.
+
+Canaries (``evalstream.canary: "true"``, see ``app/calibration.py``) bypass sampling: every
+evaluator of every route they match is planned, at rate 1, with the canary's gold answer;
+their results are counted as calibration only, never as traffic.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from evalstream.app.bindings import Planned, build_routes, load_plugins
+from evalstream.app.calibration import Calibration, canary_marker, gold_keys, read_gold
 from evalstream.config import Settings
 from evalstream.errors import JudgeError, SkipEvaluation
 from evalstream.evaluators.base import Evaluator, Score
-from evalstream.events import EvalResult, TraceEvent
+from evalstream.events import CANARY_ATTRIBUTE, EvalResult, TraceEvent
 from evalstream.judges.base import Judge
 from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
@@ -81,6 +86,8 @@ class Pipeline:
         self._skip_counters: dict[str, Any] = {}
         self._result_attributes = tuple(settings.results.attributes)
         self._log_content = settings.logging.log_content
+        self._canaries = settings.canaries.enabled
+        self._calibration = Calibration(metrics)
 
     @property
     def evaluators(self) -> list[Evaluator[Any]]:
@@ -119,7 +126,16 @@ class Pipeline:
         out, is skipped as ``sampling``; one that could be sampled but matches no route is
         skipped as ``no_route``. ``fraction``, when given, is the event's sampling position
         already taken from its message key (``sampling.key: message_key``).
+
+        A canary is planned whatever its fraction (:meth:`_plan_canary`).
         """
+        attributes = event.attributes
+        if attributes and self._canaries and CANARY_ATTRIBUTE in attributes:
+            marked = canary_marker(attributes)
+            if marked:
+                return self._plan_canary(event, topic)
+            if marked is None:
+                self._calibration.ignored("invalid_marker")
         if fraction is None:
             fraction = self._sampler.fraction(event)
         if fraction >= self._max_rate:
@@ -140,6 +156,34 @@ class Pipeline:
                     planned.extend(p for p in runtime.planned if fraction < p.sample_rate)
         if not planned:
             self._skip_sampling(1)
+        elif attributes and self._canaries and gold_keys(attributes):
+            # Gold answers on an event not marked as a canary are not used: say so.
+            self._calibration.ignored("not_canary")
+        return planned
+
+    def _plan_canary(self, event: TraceEvent, topic: str) -> list[Planned]:
+        """Every evaluator of the routes a canary matches, at rate 1, with its gold answer.
+
+        Routed like any event (a canary tests the evaluators its route runs); sampling
+        rates, down to an evaluator's own, do not apply. Gold answers naming no planned
+        evaluator, and canaries matching no route, are counted as ignored.
+        """
+        chosen = self._router.route(event, topic)
+        if not chosen:
+            self._calibration.ignored("no_route")
+            return []
+        attributes = event.attributes
+        planned: list[Planned] = []
+        for index in chosen:
+            for p in self._routes[index].planned:
+                bound = p.bound
+                gold = read_gold(attributes, bound.label, is_label=bound.is_label,
+                                 labels=bound.evaluator.labels())
+                planned.append(Planned(bound, 1.0, gold))
+        names = {p.bound.label for p in planned}
+        unknown = sum(1 for name in gold_keys(attributes) if name not in names)
+        if unknown:
+            self._calibration.ignored("unknown_evaluator", unknown)
         return planned
 
     async def run(self, event: TraceEvent, planned: Planned) -> EvalResult | None:
@@ -157,8 +201,11 @@ class Pipeline:
         try:
             score = await bound.evaluator.evaluate(event)
         except SkipEvaluation as skip:
-            self._count_skip(skip.reason)
-            bound.outcomes["skipped"](1)
+            if planned.canary is None:
+                self._count_skip(skip.reason)
+                bound.outcomes["skipped"](1)
+            else:  # not traffic: counted with the canaries only
+                self._calibration.skipped(bound.route, bound.label, bound.judge)
             return None
         except JudgeError as exc:
             return self.failed(event, planned, f"judge: {exc}")
@@ -222,7 +269,7 @@ class Pipeline:
         """The fields every result of ``planned`` on ``event`` carries, ok or error."""
         bound = planned.bound
         names, attributes = self._result_attributes, event.attributes
-        return {
+        fields = {
             "result_id": bound.result_id(event.event_id),
             "event_id": event.event_id,
             "trace_id": event.trace_id,
@@ -237,6 +284,10 @@ class Pipeline:
             "sample_rate": planned.sample_rate,
             "event_time": event.timestamp,
         }
+        if planned.canary is not None:
+            fields["canary"] = True
+            fields["gold"] = planned.canary.text
+        return fields
 
     def _result(self, event: TraceEvent, planned: Planned, score: Score) -> EvalResult:
         # One dict validated once (``model_validate``, not ``EvalResult(**fields)``): the
@@ -267,8 +318,18 @@ class Pipeline:
 
     def record(self, planned: Planned, result: EvalResult) -> None:
         """Count a result of ``planned`` that is now durable: its outcome (``passed``,
-        ``failed``, ``labelled`` or ``error``), score, label and lag."""
+        ``failed``, ``labelled`` or ``error``), score, label and lag.
+
+        A canary's result is compared with its gold answer and counted in the calibration
+        metrics instead: it is not traffic (only its spend and lag count as usual).
+        """
         bound = planned.bound
+        if planned.canary is not None:
+            self._calibration.record(bound.route, bound.label, bound.judge, planned.canary,
+                                     result)
+            if result.status != "error":
+                self._spend_and_lag(planned, result)
+            return
         if result.status == "error":
             outcome = "error"
         else:
@@ -278,14 +339,17 @@ class Pipeline:
         bound.weighted[outcome](1.0 / planned.sample_rate)
         if outcome == "error":
             return
-        judge = result.judge
-        if judge is not None and judge.cost_usd > 0.0:
-            bound.cost(judge.cost_usd)
         if result.score is not None:
             bound.score_hist(result.score)
         if result.label is not None and bound.is_label:
             self.metrics.labels.labels(bound.route, bound.label,
                                        bound.labels(result.label)).inc()
+        self._spend_and_lag(planned, result)
+
+    def _spend_and_lag(self, planned: Planned, result: EvalResult) -> None:
+        judge = result.judge
+        if judge is not None and judge.cost_usd > 0.0:
+            planned.bound.cost(judge.cost_usd)
         event_time = result.event_time
         if event_time is not None:
             # From the event's time to the result's own time stamp (set when it was just

@@ -30,6 +30,7 @@ from evalstream.config.routes import (
     SessionWindow,
 )
 from evalstream.config.settings import (
+    CanarySettings,
     LoggingSettings,
     ResultSettings,
     ServerSettings,
@@ -40,6 +41,7 @@ from evalstream.config.topics import InputTopic, TopicSettings
 
 __all__ = [
     "BuiltinJudgeConfig",
+    "CanarySettings",
     "CascadeJudgeConfig",
     "DriftSettings",
     "EvaluatorSpec",

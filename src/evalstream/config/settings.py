@@ -20,6 +20,7 @@ from evalstream.config.section import Section
 from evalstream.config.topics import InputTopic, TopicSettings
 
 __all__ = [
+    "CanarySettings",
     "LoggingSettings",
     "ResultSettings",
     "ServerSettings",
@@ -62,6 +63,16 @@ class ResultSettings(Section):
         if any(not n.strip() for n in names) or len(set(names)) != len(names):
             raise ValueError("attribute names must be non-empty and listed once")
         return names
+
+
+class CanarySettings(Section):
+    """Canary events: gold-labelled events injected to check the judge inside the stream."""
+
+    #: Honour the ``evalstream.canary: "true"`` event attribute: such events are evaluated
+    #: whatever the sampling rate, compared with their ``evalstream.gold.<evaluator>``
+    #: answers and kept out of traffic counts. Off: the attribute is ignored and marked
+    #: events are sampled and counted like any other.
+    enabled: bool = True
 
 
 class ServerSettings(Section):
@@ -107,6 +118,7 @@ class Settings(BaseSettings):
     server: ServerSettings = Field(default_factory=ServerSettings)
     drift: DriftSettings = Field(default_factory=DriftSettings)
     results: ResultSettings = Field(default_factory=ResultSettings)
+    canaries: CanarySettings = Field(default_factory=CanarySettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     #: Python modules imported at start-up, before evaluators are built, so that they can
     #: register user-defined evaluators (``@evalstream.evaluators.register``).
