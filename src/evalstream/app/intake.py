@@ -18,6 +18,11 @@ rate is counted as a ``sampling`` skip and never decoded, so its content is neve
 ``decode(record, presampled=True)``: fully validated, without the decoder's own sampling
 shortcut, and its events are planned with the key's fraction. Keyless (or empty-keyed)
 messages take the ordinary path and are sampled on their events' ``trace_id``.
+
+Neither shortcut skips a possible canary (``app/calibration.py``), which is evaluated
+whatever the sampling: the probe and the decoder's shortcut let through an event whose
+attributes hold ``evalstream.canary``, and the message-key test a message whose bytes
+contain it (``message_path``); the pipeline then decides.
 """
 
 from __future__ import annotations

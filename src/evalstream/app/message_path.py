@@ -43,7 +43,7 @@ from evalstream.app.outputs import Outputs
 from evalstream.app.pipeline import Pipeline
 from evalstream.app.session_path import SessionPath
 from evalstream.errors import DecodeError, OutputRejectedError, SinkError
-from evalstream.events import EvalResult, Record, TraceEvent
+from evalstream.events import CANARY_MARK, EvalResult, Record, TraceEvent
 from evalstream.logging import get_logger
 from evalstream.sampling import SCALE
 from evalstream.sources.base import Source
@@ -185,9 +185,13 @@ class MessagePath:
             # The path most messages take at low rates, as one comprehension: with
             # ``sampling.key: message_key`` a CRC of the key (nothing decoded), else the
             # decoder's probe (checked, hashed, nothing built). What is left is decoded.
+            # A message whose bytes name the canary attribute is decoded whatever its key
+            # hashes to: it may be a canary, evaluated whatever the sampling (the pipeline
+            # decides; attribute keys appear verbatim in flat JSON, OTLP JSON and protobuf).
             work: Sequence[Record]
             if limit is not None:
-                work = [r for r in group if not (k := r.key) or crc32(k, seed) < limit]
+                work = [r for r in group if not (k := r.key) or crc32(k, seed) < limit
+                        or ((v := r.value) is not None and CANARY_MARK in v)]
                 counts.sampled_out += len(group) - len(work)
             elif sampled_out is not None:
                 work = [r for r in group if not sampled_out(r)]

@@ -24,7 +24,14 @@ from pydantic import ValidationError
 
 from evalstream.config import InputTopic
 from evalstream.errors import ConfigError, DecodeError
-from evalstream.events import Message, Record, TraceEvent, load_json, stable_hash
+from evalstream.events import (
+    CANARY_ATTRIBUTE,
+    Message,
+    Record,
+    TraceEvent,
+    load_json,
+    stable_hash,
+)
 from evalstream.formats.base import Decoded, record_time_ms
 
 __all__ = ["FIELDS", "SAMPLED_OUT", "FlatJsonDecoder", "make_decoder"]
@@ -234,6 +241,8 @@ class FlatJsonDecoder:
                 no, the event is counted as skipped (``sampling``) without building the
                 model: the message still had to be a JSON object with an output and fields
                 of the right types, so malformed messages are dead-lettered either way.
+                An event carrying the canary attribute is built whatever ``keep`` says:
+                the pipeline decides whether it is a canary, evaluated whatever the sampling.
 
         Raises:
             DecodeError: the message is not a usable event.
@@ -263,7 +272,7 @@ class FlatJsonDecoder:
             bad = _shape_error(fields)
             if bad is not None:
                 raise DecodeError("invalid_field", f"{bad}: wrong type")
-            if not keep(fields.get(key) or fields["event_id"]):
+            if not keep(fields.get(key) or fields["event_id"]) and not _marked(fields):
                 return SAMPLED_OUT
         try:
             event = TraceEvent.model_validate(fields)
@@ -279,7 +288,9 @@ class FlatJsonDecoder:
         TraceEvent types, with a string ``output`` and a non-empty key. Otherwise it returns
         None, meaning "decode it fully": malformed messages (dead letters), messages that
         need normalising (output taken from ``messages``, numeric ids, scalar attributes)
-        and keyless ones. A message the probe accepts is one :meth:`decode` accepts with
+        and keyless ones, and messages whose attributes hold the canary marker
+        (``evalstream.canary``: canaries are evaluated whatever the sampling, so they must
+        reach the pipeline). A message the probe accepts is one :meth:`decode` accepts with
         the same key, so deciding "sampled out" from the probe loses nothing that decoding
         would have dead-lettered (timestamps are the exception, as in :meth:`decode`: their
         values are parsed by the model only for sampled events).
@@ -307,6 +318,9 @@ class FlatJsonDecoder:
                 # msgspec's RecursionError on deeply nested input) goes to the full decoder,
                 # which turns it into a dead letter; raising here would stop the worker.
                 return None
+            attributes = event.attributes
+            if attributes is not None and CANARY_ATTRIBUTE in attributes:
+                return None  # maybe a canary: never skipped undecoded
             found: str | None = get(event) or event.event_id
             return found or None
 
@@ -337,6 +351,12 @@ class FlatJsonDecoder:
             fields["trace_id"] = fields["event_id"]
         if "timestamp" not in fields and (ms := record_time_ms(record.timestamp)) is not None:
             fields["timestamp"] = ms / 1000.0
+
+
+def _marked(fields: Mapping[str, Any]) -> bool:
+    """Whether the event's attributes hold the canary marker (it may be a canary)."""
+    attributes = fields.get("attributes")
+    return type(attributes) is dict and CANARY_ATTRIBUTE in attributes
 
 
 def make_decoder(topic: InputTopic) -> FlatJsonDecoder:
