@@ -19,7 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "CANARY_ATTRIBUTE",
-    "CANARY_MARK",
     "GOLD_ATTRIBUTE_PREFIX",
     "SCHEMA_VERSION",
     "Alert",
@@ -44,11 +43,10 @@ SCHEMA_VERSION = "1.2"
 
 #: The event attribute that marks a canary: an event with a known answer, injected to check
 #: the judge inside the stream. ``"true"`` makes the event a canary: it is evaluated whatever
-#: the sampling rate and kept out of traffic counts (``app/calibration.py``).
+#: the sampling rate and kept out of traffic counts (``app/calibration.py``). With
+#: ``sampling.key: message_key``, a keyed canary message also needs a Kafka header of this
+#: name (any value), since the key decides before the message is read.
 CANARY_ATTRIBUTE = "evalstream.canary"
-#: ``CANARY_ATTRIBUTE`` as the bytes a message carries: a raw message without them holds no
-#: canary (checked before deciding to skip a message undecoded).
-CANARY_MARK = CANARY_ATTRIBUTE.encode("ascii")
 #: A canary's gold answer for one evaluator: ``evalstream.gold.<evaluator name>`` =
 #: ``true``/``false`` (binary: ``true`` is the desirable outcome) or a class label.
 GOLD_ATTRIBUTE_PREFIX = "evalstream.gold."

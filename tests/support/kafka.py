@@ -31,18 +31,22 @@ async def produce(
     topic: str,
     values: Iterable[bytes | None],
     keys: Iterable[bytes | None] | None = None,
+    headers: Iterable[list[tuple[str, bytes]] | None] | None = None,
 ) -> dict[int, int]:
-    """Produce values; return the highest offset written per partition (plus one)."""
+    """Produce values (with keys and Kafka headers, when given, by position); return the
+    highest offset written per partition (plus one)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=8 * 1024 * 1024,
                                 linger_ms=5)
     await producer.start()
     ends: dict[int, int] = {}
     try:
         key_list = list(keys) if keys is not None else None
+        header_list = list(headers) if headers is not None else None
         futures = []
         for i, value in enumerate(values):
             key = key_list[i] if key_list is not None else None
-            futures.append(await producer.send(topic, value=value, key=key))
+            extra = header_list[i] if header_list is not None else None
+            futures.append(await producer.send(topic, value=value, key=key, headers=extra))
         for meta in await asyncio.gather(*futures):
             ends[meta.partition] = max(ends.get(meta.partition, 0), meta.offset + 1)
     finally:

@@ -25,9 +25,14 @@ def message(i: int, *, canary: bool, nested: bool = False) -> bytes:
     return dump_json({"payload": body} if nested else body)
 
 
-def records(n: int, canaries: set[int], *, nested: bool = False) -> list[RawRecord]:
+HEADER = (("evalstream.canary", b"true"),)
+
+
+def records(n: int, canaries: set[int], *, nested: bool = False,
+            headers: bool = False) -> list[RawRecord]:
     return [RawRecord("traces", 0, i, message(i, canary=i in canaries, nested=nested),
-                      TRACE_IDS[i].encode()) for i in range(n)]
+                      TRACE_IDS[i].encode(), HEADER if headers and i in canaries else ())
+            for i in range(n)]
 
 
 CANARIES = set(range(0, 600, 20))  # 30 canaries among 600 messages
@@ -42,7 +47,8 @@ async def test_every_canary_gets_results_at_one_percent_sampling(path: str) -> N
             f: f"payload.{f}" for f in ("event_id", "trace_id", "output", "attributes")}}]
     if path == "message_key":
         sections["sampling"] = {"rate": RATE, "key": "message_key"}
-    worker, _, sink = await run_worker(records(600, CANARIES, nested=nested), **sections)
+    worker, _, sink = await run_worker(
+        records(600, CANARIES, nested=nested, headers=path == "message_key"), **sections)
 
     canary_results = [r for r in sink.results if r.canary]
     traffic = [r for r in sink.results if not r.canary]
@@ -88,3 +94,17 @@ def test_the_decoder_shortcut_builds_marked_events() -> None:
     marked = decoder.decode(RawRecord("traces", 0, 2, message(2, canary=True)), keep=never)
     assert isinstance(marked, Decoded)
     assert [e.attributes["evalstream.canary"] for e in marked.events] == ["true"]
+
+
+async def test_under_message_key_a_keyed_canary_needs_the_header() -> None:
+    """The key decides before the message is read: a keyed canary without the header is
+    skipped like traffic when its key hashes out; a keyless one is decoded anyway."""
+    plain = records(600, CANARIES)  # keyed, no header
+    keyless = [RawRecord("traces", 1, n, r.value) for n, r in enumerate(plain)
+               if r.offset in CANARIES]
+    _, _, sink = await run_worker(plain + keyless,
+                                  sampling={"rate": RATE, "key": "message_key"})
+    got = {r.event_id for r in sink.results if r.canary}
+    assert got == {f"e{i}" for i in CANARIES}  # all, thanks to the keyless copies
+    keyed_canaries = [r for r in sink.results if r.canary]
+    assert len(keyed_canaries) - len(CANARIES) <= 3  # the keyed copies (nearly) all hashed out

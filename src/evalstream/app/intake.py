@@ -21,8 +21,9 @@ messages take the ordinary path and are sampled on their events' ``trace_id``.
 
 Neither shortcut skips a possible canary (``app/calibration.py``), which is evaluated
 whatever the sampling: the probe and the decoder's shortcut let through an event whose
-attributes hold ``evalstream.canary``, and the message-key test a message whose bytes
-contain it (``message_path``); the pipeline then decides.
+attributes hold ``evalstream.canary``, and the message-key test a keyed message with a
+Kafka header of that name (``message_path``; keyless messages are decoded anyway); the
+pipeline then decides.
 """
 
 from __future__ import annotations
