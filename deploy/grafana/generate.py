@@ -72,8 +72,9 @@ def build() -> dict[str, object]:
         dash.Dashboard("evalstream")
         .uid("evalstream")
         .tags(["evalstream", "llm", "evaluation"])
-        .description("Live pass rates with 95% intervals, evaluation volume, judges, intake "
-                     "health and drift alerts of the evalstream workers.")
+        .description("Live pass rates with 95% intervals, evaluation volume, judges and "
+                     "their calibration on canaries, intake health and drift alerts of the "
+                     "evalstream workers.")
         .refresh("30s")
         .time("now-6h", "now")
         .timezone("browser")
@@ -176,6 +177,37 @@ def build() -> dict[str, object]:
         "was reached).", "ops",
         _q(f"sum by (judge, outcome) (rate(evalstream_judge_requests_total[{RATE}]))",
            "{{judge}} {{outcome}}"), width=8))
+
+    board = board.with_row(dash.Row("Judge calibration (canaries)"))
+    board = board.with_panel(_ts(
+        "Canary agreement with gold answers (1h)",
+        "Share of canaries (events with evalstream.canary=\"true\" and gold answers) whose "
+        "result matched the gold answer over the last hour, all replicas, with the 95% "
+        "Wilson upper bound the EvalstreamCanaryAgreementLow alert compares with its floor.",
+        "percentunit",
+        _q(f"route_evaluator_judge:evalstream_canary_agreement:ratio1h{{{SEL}}}",
+           "{{route}} / {{evaluator}} ({{judge}})", "A"),
+        _q(f"route_evaluator_judge:evalstream_canary_agreement:upper95_1h{{{SEL}}}",
+           "upper {{route}} / {{evaluator}} ({{judge}})", "B"),
+        width=8, lo=0, hi=1))
+    board = board.with_panel(_ts(
+        "Canary Brier score and ECE (1h)",
+        "Mean Brier score of the judge's probabilities against the gold answers, and the "
+        "expected calibration error over 10 confidence bins (lower is better for both).",
+        "short",
+        _q(f"route_evaluator_judge:evalstream_canary_brier:mean1h{{{SEL}}}",
+           "Brier {{route}} / {{evaluator}} ({{judge}})", "A"),
+        _q(f"route_evaluator_judge:evalstream_canary_ece:ratio1h{{{SEL}}}",
+           "ECE {{route}} / {{evaluator}} ({{judge}})", "B"),
+        width=8, lo=0))
+    board = board.with_panel(_ts(
+        "Canary evaluations by outcome",
+        "agreed / disagreed with the gold answer; no_gold, invalid_gold (no usable gold "
+        "answer for the evaluator), unscored (nothing to compare), error, skipped. Canaries "
+        "never count in the pass rates above.", "ops",
+        _q(f"sum by (route, evaluator, judge, outcome) "
+           f"(rate(evalstream_canary_evaluations_total{{{SEL}}}[{RATE}]))",
+           "{{route}} / {{evaluator}} ({{judge}}) {{outcome}}"), width=8))
 
     board = board.with_row(dash.Row("Pipeline health"))
     board = board.with_panel(_ts(

@@ -78,6 +78,8 @@ def test_dashboard_covers_what_operators_watch() -> None:
         "evalstream_judge_requests_total", "evalstream_consumer_lag_messages",
         "evalstream_dead_letters_total", "evalstream_drift_alert_firing",
         "evalstream_drift_statistic", "evalstream_topic_other_share",
+        "evalstream_canary_agreement:ratio1h", "evalstream_canary_ece:ratio1h",
+        "evalstream_canary_brier:mean1h", "evalstream_canary_evaluations_total",
     ):
         assert needle in joined, needle
 

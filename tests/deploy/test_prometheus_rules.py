@@ -51,6 +51,9 @@ def test_unit_tests_cover_spike_quiet_and_small_sample() -> None:
     assert {"EvalstreamOffTopicSpike", "EvalstreamPassRateDrop",
             "EvalstreamDriftDetected"} <= fired
     assert {"EvalstreamOffTopicSpike", "EvalstreamPassRateDrop"} <= silent
+    # Canary agreement: fires on a degraded judge, quiet at the floor and on few canaries.
+    assert "EvalstreamCanaryAgreementLow" in fired
+    assert "EvalstreamCanaryAgreementLow" in silent
     # Availability alerts: each shown firing, and quiet on healthy input.
     availability = {"EvalstreamDown", "EvalstreamTargetDown", "EvalstreamOffsetCommitErrors",
                     "EvalstreamJudgeCircuitOpen", "EvalstreamJudgeErrors",
@@ -63,6 +66,7 @@ def test_unit_tests_cover_spike_quiet_and_small_sample() -> None:
     "and route:evalstream_topic_labels:increase5m >= 30",
     "and route_evaluator:evalstream_evaluations:increase5m >= 30",
     "and (route:evalstream_topic_labels:increase1h offset 5m) >= 100",
+    "and route_evaluator_judge:evalstream_canary_compared:increase1h >= 20",
 ])
 def test_small_sample_tests_fail_without_the_minimum_n_guard(tmp_path: Path, guard: str) -> None:
     text = RULES.read_text(encoding="utf-8")
@@ -89,7 +93,12 @@ JUDGE_FINISHED = 'rate(evalstream_judge_requests_total{outcome=~"ok|error|deadli
     # A breaker that closes in between is not stuck open.
     ("min_over_time(evalstream_judge_circuit_state",
      "max_over_time(evalstream_judge_circuit_state"),
-], ids=["judge-denominator", "absent", "job-selector", "commit-ratio", "circuit-min"])
+    # ECE takes |correct - confidence| per bin over ALL replicas: per replica, the over-
+    # and under-confidence of two replicas' halves of a bin would add instead of cancel.
+    ("sum by (route, evaluator, judge, bin) (",
+     "sum by (route, evaluator, judge, bin, instance) ("),
+], ids=["judge-denominator", "absent", "job-selector", "commit-ratio", "circuit-min",
+        "ece-per-bin"])
 def test_availability_tests_fail_without_the_fix(tmp_path: Path, fixed: str, broken: str) -> None:
     """Each availability/denominator fix is pinned by a promtool test that fails without it."""
     text = RULES.read_text(encoding="utf-8")
