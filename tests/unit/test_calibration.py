@@ -253,6 +253,7 @@ async def test_canaries_are_routed_by_the_route_rules() -> None:
     assert [r.route for r in await pipeline.evaluate(routed, topic="traces")] == ["billing"]
     assert await pipeline.evaluate(unrouted, topic="traces") == []
     assert value(registry, "evalstream_canary_gold_ignored_total", reason="no_route") == 1
+    assert value(registry, "evalstream_events_skipped_total", reason="no_route") == 1
     assert value(registry, "evalstream_canary_evaluations_total", route="billing",
                  evaluator="unit_scripted", judge="builtin", outcome="no_gold") == 1
 
@@ -262,7 +263,7 @@ async def test_a_skipped_canary_is_counted_with_the_canaries() -> None:
     assert await pipeline.evaluate(event(1, "skip", **CANARY), topic="traces") != []
     assert value(registry, "evalstream_canary_evaluations_total", route="main",
                  evaluator="unit_scripted", judge="builtin", outcome="skipped") == 1
-    assert value(registry, "evalstream_events_skipped_total", reason="no_thing") == 0
+    assert value(registry, "evalstream_events_skipped_total", reason="no_thing") == 1
     assert value(registry, "evalstream_evaluations_total", route="main",
                  evaluator="unit_scripted", outcome="skipped") == 0
 

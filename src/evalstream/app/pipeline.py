@@ -166,10 +166,14 @@ class Pipeline:
 
         Routed like any event (a canary tests the evaluators its route runs); sampling
         rates, down to an evaluator's own, do not apply. Gold answers naming no planned
-        evaluator, and canaries matching no route, are counted as ignored.
+        evaluator, and canaries matching no route (also a ``no_route`` skip), are counted
+        as ignored.
         """
         chosen = self._router.route(event, topic)
         if not chosen:
+            # A skip like any other (every message ends as results, a skip or a dead
+            # letter), and a canary that checks nothing.
+            self._skip_no_route(1)
             self._calibration.ignored("no_route")
             return []
         attributes = event.attributes
@@ -201,10 +205,10 @@ class Pipeline:
         try:
             score = await bound.evaluator.evaluate(event)
         except SkipEvaluation as skip:
+            self._count_skip(skip.reason)
             if planned.canary is None:
-                self._count_skip(skip.reason)
                 bound.outcomes["skipped"](1)
-            else:  # not traffic: counted with the canaries only
+            else:  # not traffic: the outcome is counted with the canaries
                 self._calibration.skipped(bound.route, bound.label, bound.judge)
             return None
         except JudgeError as exc:
