@@ -108,3 +108,30 @@ async def test_under_message_key_a_keyed_canary_needs_the_header() -> None:
     assert got == {f"e{i}" for i in CANARIES}  # all, thanks to the keyless copies
     keyed_canaries = [r for r in sink.results if r.canary]
     assert len(keyed_canaries) - len(CANARIES) <= 3  # the keyed copies (nearly) all hashed out
+
+
+def test_otlp_spans_carry_a_canary_marker_and_gold_answers() -> None:
+    """OTLP events keep only known attributes, plus a canary's marker and gold answers."""
+    from evalstream.events import load_json
+    from evalstream.formats import decoder_for
+    from tests.fixtures import otlp
+
+    doc = load_json(otlp.raw("semconv_json_strings"))
+    span = doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+
+    def decoded(extra: dict[str, str]) -> dict[str, str]:
+        span["attributes"] = [a for a in span["attributes"]
+                              if not a["key"].startswith("evalstream.")]
+        span["attributes"] += [{"key": k, "value": {"stringValue": v}}
+                               for k, v in extra.items()]
+        decoder = decoder_for(InputTopic(topic="spans", format="otlp_json"))
+        (event,) = decoder(RawRecord("spans", 0, 1, dump_json(doc))).events
+        return event.attributes
+
+    gold = {"evalstream.canary": "true", "evalstream.gold.refusal": "false",
+            "evalstream.gold.topic": "billing"}
+    attributes = decoded({**gold, "evalstream.other": "x"})
+    assert {k: v for k, v in attributes.items() if k.startswith("evalstream.")} == gold
+    assert attributes["model"] == "gpt-4o-mini"  # the usual ones are still there
+    plain = decoded({"evalstream.gold.refusal": "false"})  # no marker: not carried
+    assert not any(k.startswith("evalstream.") for k in plain)

@@ -24,7 +24,8 @@ A chat span becomes one :class:`~evalstream.events.TraceEvent`:
 * ``attributes`` (flat strings, for routing and metrics): ``operation``, ``provider``,
   ``model``, ``response_model``, ``input_tokens``, ``output_tokens``, ``finish_reasons``,
   ``response_id``, ``agent_name``, ``user_id``, ``environment``, ``span_name`` when present,
-  plus the topic's ``attribute_map``.
+  plus the topic's ``attribute_map``, and on a span carrying ``evalstream.canary`` that
+  attribute and its ``evalstream.gold.*`` ones (a canary's marker and gold answers).
 
 Spans that are not evaluated are counted in ``Decoded.skipped``: ``not_genai`` (no GenAI
 marker at all), ``not_llm`` (tool, retrieval, agent, embedding... spans), ``no_content``
@@ -53,7 +54,7 @@ from typing import Any
 
 from evalstream.config import InputTopic
 from evalstream.errors import DecodeError
-from evalstream.events import Message, Record, TraceEvent
+from evalstream.events import CANARY_ATTRIBUTE, GOLD_ATTRIBUTE_PREFIX, Message, Record, TraceEvent
 from evalstream.formats.base import Decoded, Decoder, record_time_ms
 from evalstream.formats.genai_messages import BadSpanError, Content, retrieval_documents
 from evalstream.formats.genai_spans import classify, read_content
@@ -249,6 +250,14 @@ class BatchBuilder:
             value = attrs.first_text((key,)) or mapped.get(out_name)
             if value is not None:
                 out[out_name] = value
+        if raw_get(CANARY_ATTRIBUTE) is not None:
+            # A canary (app/calibration.py): its marker and gold answers ride along. One
+            # lookup for every other span.
+            for key in attrs.raw:
+                if key == CANARY_ATTRIBUTE or key.startswith(GOLD_ATTRIBUTE_PREFIX):
+                    text = attrs.first_text((key,))
+                    if text is not None:
+                        out[key] = text
         return out
 
     def add_bad(self, count: int = 1) -> None:
