@@ -73,3 +73,30 @@ async def test_a_revoke_abandons_open_sessions_at_once_and_they_are_redone_whole
     assert by_session["a"].details["session"]["event_ids"] == ["a-0", "a-1"]
     # The plain event was redone too: it sat behind the open session, uncommitted.
     assert [r.event_id for r in sink.results].count("None-2") == 2
+
+
+async def test_a_canary_on_a_session_route_is_evaluated_on_its_own() -> None:
+    """Held in its session's window, a canary would be judged as part of the conversation
+    and its gold answer compared with that; the window's traffic would count as canary."""
+    canary = {"event_id": "c-1", "session_id": "a", "input": "question 1",
+              "output": "I'm sorry, but I can't help with that.",
+              "attributes": {"evalstream.canary": "true", "evalstream.gold.refusal": "false"}}
+    source = MemorySource([record(0, 0, "a"), RawRecord("traces", 0, 1, dump_json(canary))])
+    sink = MemorySink()
+    w = worker(source, sink, gap_s=0.2)
+    ready = asyncio.Event()
+    run = asyncio.create_task(w.run(ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 5)
+        await wait_for(lambda: source.committed.get(TP0) == 2, timeout=10,
+                       what="both records committed")
+    finally:
+        w.request_stop()
+        assert await asyncio.wait_for(run, 10) == 0
+    by_id = {r.event_id: r for r in sink.results}
+    assert by_id["c-1"].canary
+    assert by_id["c-1"].gold == "false"
+    assert "session" not in by_id["c-1"].details
+    (session,) = [r for r in sink.results if r.event_id != "c-1"]
+    assert not session.canary
+    assert session.details["session"]["event_ids"] == ["a-0"]

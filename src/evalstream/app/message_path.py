@@ -270,7 +270,9 @@ class MessagePath:
         held: list[tuple[TraceEvent, str, tuple[Planned, ...]]] = []
         for event in events:
             planned = plan(event, record.topic, fraction)
-            if event.session_id and planned:
+            # A canary is checked on its own: held, its gold answer would be compared with
+            # the judgement of a whole conversation (and traffic with it counted as canary).
+            if event.session_id and planned and planned[0].canary is None:
                 now, later = sessions.split(planned)
                 work.extend((event, p) for p in now)
                 held.extend((event, route, tuple(ps)) for route, ps in later.items())
