@@ -291,3 +291,21 @@ def test_drift_monitor_ignores_canary_results() -> None:
     assert metrics.registry.get_sample_value(
         "evalstream_pass_rate_samples",
         {"route": "chat", "evaluator": "refusal", "window": "1m"}) == 1
+
+
+async def test_a_route_rate_of_0_turns_it_off_for_canaries_too() -> None:
+    pipeline, registry = make(routes=[
+        {"name": "off", "sample_rate": 0, "evaluators": [{"evaluator": "unit_labels"}]},
+        {"name": "main", "evaluators": [{"evaluator": "unit_scripted"}]}],
+        worker={"routing": "all"})
+    results = await pipeline.evaluate(
+        event(1, **CANARY, **{"evalstream.gold.unit_labels": "billing"}), topic="traces")
+    assert [(r.route, r.evaluator) for r in results] == [("main", "unit_scripted")]
+    # Its gold answer names an evaluator of a route it matched (off), not an unknown one.
+    assert value(registry, "evalstream_canary_gold_ignored_total",
+                 reason="unknown_evaluator") in (None, 0)
+    # Only the route turned off: nothing to run, counted as a sampling skip.
+    pipeline, registry = make(routes=[
+        {"name": "off", "sample_rate": 0, "evaluators": [{"evaluator": "unit_labels"}]}])
+    assert await pipeline.evaluate(event(2, **CANARY), topic="traces") == []
+    assert value(registry, "evalstream_events_skipped_total", reason="sampling") == 1

@@ -165,9 +165,9 @@ class Pipeline:
         """Every evaluator of the routes a canary matches, at rate 1, with its gold answer.
 
         Routed like any event (a canary tests the evaluators its route runs); sampling
-        rates, down to an evaluator's own, do not apply. Gold answers naming no planned
-        evaluator, and canaries matching no route (also a ``no_route`` skip), are counted
-        as ignored.
+        rates, down to an evaluator's own, do not apply, except a rate of 0 (turned off).
+        Gold answers naming no evaluator of its routes, and canaries matching no route
+        (also a ``no_route`` skip), are counted as ignored.
         """
         chosen = self._router.route(event, topic)
         if not chosen:
@@ -178,16 +178,21 @@ class Pipeline:
             return []
         attributes = event.attributes
         planned: list[Planned] = []
+        names: set[str] = set()
         for index in chosen:
             for p in self._routes[index].planned:
                 bound = p.bound
+                names.add(bound.label)
+                if p.sample_rate <= 0.0:
+                    continue  # a rate of 0 turns the evaluator off: for canaries too
                 gold = read_gold(attributes, bound.label, is_label=bound.is_label,
                                  labels=bound.evaluator.labels())
                 planned.append(Planned(bound, 1.0, gold))
-        names = {p.bound.label for p in planned}
         unknown = sum(1 for name in gold_keys(attributes) if name not in names)
         if unknown:
             self._calibration.ignored("unknown_evaluator", unknown)
+        if not planned:
+            self._skip_sampling(1)
         return planned
 
     async def run(self, event: TraceEvent, planned: Planned) -> EvalResult | None:
