@@ -8,7 +8,12 @@ from typing import Any
 
 import pytest
 import structlog
-from aiokafka.errors import KafkaError, NodeNotReadyError, TopicAuthorizationFailedError
+from aiokafka.errors import (
+    KafkaError,
+    KafkaTimeoutError,
+    NodeNotReadyError,
+    TopicAuthorizationFailedError,
+)
 
 from evalstream.config import KafkaSettings, TopicSettings
 from evalstream.errors import SinkError
@@ -66,6 +71,19 @@ async def test_permanent_errors_and_outages_past_the_budget_are_sink_errors(
     assert producer.sends == 1  # not retried
 
     producer = _Producer(NodeNotReadyError(), failures=10**6)
-    with pytest.raises(SinkError, match="NodeNotReadyError"):
+    # Names the setting that ran out, so on-call knows what gave up and after how long.
+    with pytest.raises(SinkError, match=r"within kafka.connect_timeout_s \(0.05s.*NodeNotReady"):
         await _sink(producer, connect_timeout_s=0.05).publish_result(RESULT)
     assert producer.sends > 1
+
+
+async def test_a_send_timed_out_waiting_for_a_full_batch_is_retried(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """aiokafka raises KafkaTimeoutError, not marked retriable, when a send waited
+    request_timeout_ms for its partition's full batch to drain: a broker outage (small
+    ``producer_batch_bytes``, or large dead letters), which stopped the worker after one
+    request timeout instead of ``kafka.connect_timeout_s``."""
+    monkeypatch.setattr(sink_module, "_RETRY_BACKOFF_S", 0.001)
+    producer = _Producer(KafkaTimeoutError(), failures=2)
+    await _sink(producer).publish_result(RESULT)
+    assert producer.sends == 3

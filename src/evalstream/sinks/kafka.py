@@ -17,6 +17,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import (
     KafkaError,
+    KafkaTimeoutError,
     MessageSizeTooLargeError,
     PolicyViolationError,
     RecordListTooLargeError,
@@ -154,19 +155,30 @@ class KafkaSink:
         Retriable errors (the broker restarting, a leader moving: aiokafka gives up on a
         batch after ``request_timeout_ms``) are retried with backoff for up to
         ``kafka.connect_timeout_s``, so a short outage holds the work (in-flight is
-        bounded) instead of stopping the worker. Anything else is raised as it is.
+        bounded) instead of stopping the worker; then ``SinkError`` says so. Anything else
+        is raised as it is.
         """
         producer = self._require()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._settings.connect_timeout_s
+        started = loop.time()
+        deadline = started + self._settings.connect_timeout_s
         backoff = _RETRY_BACKOFF_S
         while True:
             try:
                 ack = await producer.send(topic, value=value, key=key, headers=headers)
                 await ack
             except KafkaError as exc:
-                if not exc.retriable or loop.time() + backoff > deadline:
+                # KafkaTimeoutError is not marked retriable, but aiokafka raises it when a
+                # send waited request_timeout_ms for its partition's full batch to drain:
+                # the broker not answering, as retriable as the batch's own timeout.
+                if not (exc.retriable or isinstance(exc, KafkaTimeoutError)):
                     raise
+                if loop.time() + backoff > deadline:
+                    raise SinkError(
+                        f"publish to {topic}: no acknowledgement from the broker within "
+                        f"kafka.connect_timeout_s ({self._settings.connect_timeout_s:g}s; "
+                        f"tried for {loop.time() - started:.1f}s), last error: "
+                        f"{type(exc).__name__}") from exc
                 if self._outage_since is None:  # one line per outage, not per record
                     self._outage_since = loop.time()
                     # ``output_topic``, not ``topic``: the log context already holds the
