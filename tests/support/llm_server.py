@@ -95,8 +95,9 @@ class FakeLLM:
         return [r for r in self.received if r.method == "POST"]
 
     async def start(self) -> None:
-        """Listen on a free loopback port."""
-        self._server = await asyncio.start_server(self._connection, "127.0.0.1", 0)
+        """Listen on a free loopback port; after :meth:`stop`, on the same port again (a
+        judge that comes back after refusing connections)."""
+        self._server = await asyncio.start_server(self._connection, "127.0.0.1", self.port)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:

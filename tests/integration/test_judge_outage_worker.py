@@ -1,0 +1,176 @@
+"""An LLM judge that goes away mid-stream, through the worker, on a real broker and socket.
+
+The judge (``tests/support/llm_server.py``) answers every event, then for a few seconds
+returns 503, hangs, or refuses connections, then comes back. Meanwhile work is held as
+lag: evaluations wait (the circuit breaker opens, requests wait for it), in-flight work
+stops at ``worker.max_in_flight`` and the consumer pauses. Afterwards every event has one
+result with the judge's real answer: nothing was scored from the outage. An outage past a
+judge's budget (``deadline_s``, or ``max_retries`` for rate limiting, which the breaker
+does not count) is published as error results, named and counted as such.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from evalstream.app.worker import Worker
+from evalstream.config import load_settings
+from tests.integration.workerkit import (
+    Topics,
+    committed,
+    config_dict,
+    event_json,
+    results,
+    running,
+    wait_for,
+)
+from tests.support.broker import Broker
+from tests.support.kafka import produce
+from tests.support.llm_server import FakeLLM, llm_server
+
+pytestmark = pytest.mark.integration
+
+EVENTS = 120
+PARTITIONS = 2
+MAX_IN_FLIGHT = 6
+OUTAGE_S = 3.0
+
+
+def decide(body: dict[str, Any]) -> dict[str, float]:
+    """The "model": refusals (every third event) are judged as such."""
+    text = "\n".join(m["content"] for m in body["messages"])
+    return {"yes": 0.9, "no": 0.1} if "I can't help" in text else {"no": 0.95, "yes": 0.05}
+
+
+def judge_config(server: FakeLLM, **overrides: Any) -> dict[str, Any]:
+    return {"type": "openai", "base_url": server.url, "model": "judge-m", "timeout_s": 0.5,
+            "max_concurrency": 4, "backoff_base_s": 0.05, "backoff_max_s": 0.3,
+            "circuit_failures": 3, "circuit_reset_s": 0.5, **overrides}
+
+
+def make_worker(broker: Broker, topics: Topics, judge: dict[str, Any]) -> Worker:
+    settings = load_settings(None, **config_dict(
+        broker.bootstrap, topics, judges={"llm": judge},
+        # Few records per poll, so what waits stays in Kafka and shows as lag.
+        kafka={"max_poll_records": 10},
+        worker={"max_in_flight": MAX_IN_FLIGHT, "commit_interval_s": 0.2,
+                "shutdown_timeout_s": 5},
+        routes=[{"name": "main", "evaluators": [{"evaluator": "refusal", "judge": "llm"}]}]))
+    return Worker(settings, registry=CollectorRegistry())
+
+
+async def go_down(server: FakeLLM, fault: str) -> None:
+    if fault == "refused":
+        await server.stop()  # open connections dropped, new ones refused
+    else:
+        server.always = fault  # "timeout": answers after timeout_delay_s, past timeout_s
+
+
+async def come_back(server: FakeLLM, fault: str) -> None:
+    if fault == "refused":
+        await server.start()
+    else:
+        server.always = None
+
+
+def sample(worker: Worker, name: str, **labels: str) -> float:
+    return worker.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def check_answer(r: dict[str, Any]) -> None:
+    """An ok result carries the judge's answer for its own event, never a made-up one."""
+    assert r["status"] == "ok", r["error"]
+    refused = int(r["event_id"].removeprefix("e")) % 3 == 0
+    assert (r["label"], r["passed"]) == (("refused", False) if refused
+                                         else ("not_refused", True))
+
+
+async def run_through_outage(broker: Broker, server: FakeLLM, fault: str, judge: dict[str, Any],
+                             during: Any = None) -> tuple[Worker, list[dict[str, Any]]]:
+    """Stream EVENTS events, take the judge down once some are answered, bring it back
+    after OUTAGE_S; the worker's state and every published result once all are committed."""
+    topics = Topics.fresh("judgeout")
+    await topics.create(broker.bootstrap, partitions=PARTITIONS)
+    worker = make_worker(broker, topics, judge)
+    async with running(worker) as task:
+        ends = await produce(broker.bootstrap, topics.inputs,
+                             [event_json(i, refuse=i % 3 == 0) for i in range(EVENTS)])
+        await wait_for(lambda: sample(worker, "evalstream_results_published_total",
+                                      status="ok") >= 20, 20, "first results")
+        await go_down(server, fault)
+        try:
+            if during is not None:
+                await during(worker, topics)
+            await asyncio.sleep(OUTAGE_S)
+        finally:
+            await come_back(server, fault)
+
+        async def caught_up() -> bool:
+            assert not task.done(), f"the worker exited with {task.result()}"
+            return await committed(broker.bootstrap, topics.group, topics.inputs,
+                                   PARTITIONS) == ends
+        await wait_for(caught_up, 60, "commits at the end", interval=0.5)
+    assert task.result() == 0
+    published = await results(broker.bootstrap, topics.results, expect=EVENTS)
+    assert sorted(r["event_id"] for r in published) == sorted(f"e{i}" for i in range(EVENTS))
+    return worker, published
+
+
+@pytest.mark.parametrize("fault", ["503", "timeout", "refused"])
+async def test_a_judge_outage_is_held_as_lag_and_caught_up(broker: Broker, fault: str) -> None:
+    async def held(worker: Worker, topics: Topics) -> None:
+        # Backpressure: every slot waits for the judge, intake paused, the rest is lag.
+        await wait_for(lambda: worker.in_flight == MAX_IN_FLIGHT and worker.slots.paused,
+                       10, "intake paused at max_in_flight")
+        assert sample(worker, "evalstream_consumer_paused") == 1
+        await wait_for(lambda: sample(worker, "evalstream_judge_circuit_state",
+                                      judge="llm") > 0, 5, "the circuit opening")
+        await wait_for(lambda: sum(sample(
+            worker, "evalstream_consumer_lag_messages", topic=topics.inputs,
+            partition=str(p)) for p in range(PARTITIONS)) > 0, 5, "consumer lag")
+
+    async with llm_server(decide=decide, timeout_delay_s=2.0) as server:
+        worker, published = await run_through_outage(
+            broker, server, fault, judge_config(server, max_retries=20, deadline_s=60),
+            during=held)
+    for r in published:
+        check_answer(r)
+    assert worker.in_flight_peak == MAX_IN_FLIGHT
+    assert sample(worker, "evalstream_judge_requests_total", judge="llm", outcome="retry") > 0
+    assert sample(worker, "evalstream_judge_circuit_state", judge="llm") == 0
+    assert sample(worker, "evalstream_consumer_paused") == 0
+    assert sample(worker, "evalstream_results_published_total", status="error") == 0
+
+
+@pytest.mark.parametrize(("fault", "budget", "named", "counted"), [
+    # Down past deadline_s: the waiting evaluations give up at their deadline.
+    ("refused", {"deadline_s": 1.0, "max_retries": 20}, "no answer within the 1s deadline",
+     "deadline"),
+    # Rate limited past max_retries (429s are answers: the breaker stays closed).
+    ("429", {"deadline_s": 60, "max_retries": 2}, "HTTP 429", "error"),
+])
+async def test_an_outage_past_the_judges_budget_publishes_named_error_results(
+        broker: Broker, fault: str, budget: dict[str, Any], named: str, counted: str) -> None:
+    async with llm_server(decide=decide, retry_after="0.2") as server:
+        worker, published = await run_through_outage(
+            broker, server, fault, judge_config(server, **budget))
+    errors = [r for r in published if r["status"] == "error"]
+    assert errors
+    for r in errors:
+        # An error is never a verdict: no score, label or pass/fail to be read as one.
+        assert (r["score"], r["label"], r["passed"]) == (None, None, None)
+        assert r["error"].startswith("judge: "), r["error"]
+        assert named in r["error"], r["error"]
+    for r in published:
+        if r["status"] == "ok":
+            check_answer(r)
+    # Counted alike everywhere an operator looks.
+    n = len(errors)
+    assert sample(worker, "evalstream_results_published_total", status="error") == n
+    assert sample(worker, "evalstream_evaluations_total", route="main", evaluator="refusal",
+                  outcome="error") == n
+    assert sample(worker, "evalstream_judge_requests_total", judge="llm", outcome=counted) == n
