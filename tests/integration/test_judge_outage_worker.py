@@ -152,7 +152,7 @@ async def test_a_judge_outage_is_held_as_lag_and_caught_up(broker: Broker, fault
      "deadline"),
     # Rate limited past max_retries (429s are answers: the breaker stays closed).
     ("429", {"deadline_s": 60, "max_retries": 2}, "HTTP 429", "error"),
-])
+], ids=["down_past_deadline", "rate_limited_past_retries"])
 async def test_an_outage_past_the_judges_budget_publishes_named_error_results(
         broker: Broker, fault: str, budget: dict[str, Any], named: str, counted: str) -> None:
     async with llm_server(decide=decide, retry_after="0.2") as server:
