@@ -52,13 +52,14 @@ def judge_config(server: FakeLLM, **overrides: Any) -> dict[str, Any]:
             "circuit_failures": 3, "circuit_reset_s": 0.5, **overrides}
 
 
-def make_worker(broker: Broker, topics: Topics, judge: dict[str, Any]) -> Worker:
+def make_worker(broker: Broker, topics: Topics, judge: dict[str, Any],
+                shutdown_timeout_s: float = 5, **kafka: Any) -> Worker:
     settings = load_settings(None, **config_dict(
         broker.bootstrap, topics, judges={"llm": judge},
         # Few records per poll, so what waits stays in Kafka and shows as lag.
-        kafka={"max_poll_records": 10},
+        kafka={"max_poll_records": 10, **kafka},
         worker={"max_in_flight": MAX_IN_FLIGHT, "commit_interval_s": 0.2,
-                "shutdown_timeout_s": 5},
+                "shutdown_timeout_s": shutdown_timeout_s},
         routes=[{"name": "main", "evaluators": [{"evaluator": "refusal", "judge": "llm"}]}]))
     return Worker(settings, registry=CollectorRegistry())
 
@@ -116,7 +117,11 @@ async def run_through_outage(broker: Broker, server: FakeLLM, fault: str, judge:
         await wait_for(caught_up, 60, "commits at the end", interval=0.5)
     assert task.result() == 0
     published = await results(broker.bootstrap, topics.results, expect=EVENTS)
-    assert sorted(r["event_id"] for r in published) == sorted(f"e{i}" for i in range(EVENTS))
+    ids: dict[str, set[str]] = {}
+    for r in published:
+        ids.setdefault(r["event_id"], set()).add(r["result_id"])
+    assert set(ids) == {f"e{i}" for i in range(EVENTS)}  # every event has its result
+    assert all(len(one) == 1 for one in ids.values())  # (a redelivery repeats its id)
     return worker, published
 
 
@@ -174,3 +179,50 @@ async def test_an_outage_past_the_judges_budget_publishes_named_error_results(
     assert sample(worker, "evalstream_evaluations_total", route="main", evaluator="refusal",
                   outcome="error") == n
     assert sample(worker, "evalstream_judge_requests_total", judge="llm", outcome=counted) == n
+
+
+async def test_a_stop_while_the_judge_is_down_abandons_the_waiting_work_for_a_restart(
+        broker: Broker) -> None:
+    """SIGTERM with every slot waiting for a judge that refuses connections: the drain
+    waits ``shutdown_timeout_s``, then the waiting evaluations are abandoned uncommitted,
+    not published as errors, and the worker exits 0; its restart, with the judge back,
+    evaluates them."""
+    topics = Topics.fresh("judgestop")
+    await topics.create(broker.bootstrap, partitions=PARTITIONS)
+    async with llm_server(decide=decide) as server:
+        judge = judge_config(server, max_retries=20, deadline_s=60)
+        # A short session: the restarted worker joins sooner (Tansu holds a JoinGroup for
+        # half of it, and takes a while over the stopped member).
+        worker = make_worker(broker, topics, judge, shutdown_timeout_s=2,
+                             session_timeout_ms=2000)
+        shutdown_timeout = worker.settings.worker.shutdown_timeout_s
+        async with running(worker) as task:
+            ends = await produce(broker.bootstrap, topics.inputs,
+                                 [event_json(i, refuse=i % 3 == 0) for i in range(EVENTS)])
+            await wait_for(lambda: sample(worker, "evalstream_results_published_total",
+                                          status="ok") >= 20, 20, "first results")
+            await go_down(server, "refused")
+            await wait_for(lambda: worker.in_flight == MAX_IN_FLIGHT, 10, "slots all waiting")
+            loop = asyncio.get_running_loop()
+            stopped = loop.time()
+            worker.request_stop()
+            code = await asyncio.wait_for(asyncio.shield(task), shutdown_timeout + 5)
+            took = loop.time() - stopped
+        assert code == 0
+        assert shutdown_timeout - 0.5 < took < shutdown_timeout + 3
+        assert sample(worker, "evalstream_results_published_total", status="error") == 0
+        assert await committed(broker.bootstrap, topics.group, topics.inputs,
+                               PARTITIONS) != ends
+
+        await come_back(server, "refused")
+        worker = make_worker(broker, topics, judge, session_timeout_ms=2000)
+        async with running(worker) as task:
+            async def caught_up() -> bool:
+                assert not task.done(), f"the worker exited with {task.result()}"
+                return await committed(broker.bootstrap, topics.group, topics.inputs,
+                                       PARTITIONS) == ends
+            await wait_for(caught_up, 60, "commits at the end", interval=0.5)
+    published = await results(broker.bootstrap, topics.results)
+    assert {r["event_id"] for r in published} == {f"e{i}" for i in range(EVENTS)}
+    for r in published:
+        check_answer(r)
