@@ -119,7 +119,8 @@ class Metrics:
         # --- judges -------------------------------------------------------------------
         self.judge_requests = Counter(
             "evalstream_judge_requests_total",
-            "Judge HTTP requests; capped ones were refused unsent at the judge's spend cap. "
+            "Judge HTTP requests; capped ones were refused unsent at the judge's spend cap "
+            "(or, with on_spend_cap: wait, held until it had room). "
             "By outcome (ok, retry, rate_limited, error, deadline, capped).",
             ["judge", "outcome"], registry=r)
         self.judge_latency = Histogram(
@@ -134,6 +135,11 @@ class Metrics:
         self.judge_spend_window = Gauge(
             "evalstream_judge_spend_window_usd",
             "Estimated judge spend in USD within its spend cap window (this replica).",
+            ["judge"], registry=r)
+        self.judge_spend_cap_waiting = Gauge(
+            "evalstream_judge_spend_cap_waiting_requests",
+            "Judge requests waiting at the spend cap for spend to leave its window "
+            "(on_spend_cap: wait; this replica).",
             ["judge"], registry=r)
         self.judge_cache_hits = Counter(
             "evalstream_judge_cache_hits_total", "Judge answers served from the cache.",

@@ -26,6 +26,7 @@ def test_no_cap_by_default_and_a_day_window() -> None:
     config = OpenAIJudgeConfig(base_url="http://llm:8000/v1", model="m")
     assert config.spend_cap_usd is None
     assert config.spend_cap_window_s == 86_400
+    assert config.on_spend_cap == "error"  # what the cap did before the option existed
 
 
 def test_a_priced_cap_loads(tmp_path: Path) -> None:
@@ -44,6 +45,10 @@ def test_a_priced_cap_loads(tmp_path: Path) -> None:
     ("price_input_per_1k: 0.001, spend_cap_usd: -1", r"judges\.gpt\.openai\.spend_cap_usd"),
     ("price_input_per_1k: 0.001, spend_cap_usd: 1, spend_cap_window_s: 59",
      r"judges\.gpt\.openai\.spend_cap_window_s"),
+    ("price_input_per_1k: 0.001, spend_cap_usd: 1, on_spend_cap: skip",
+     r"judges\.gpt\.openai\.on_spend_cap"),
+    # Waiting needs a cap to wait at: without one the option would silently do nothing.
+    ("on_spend_cap: wait", r"judges\.gpt.*on_spend_cap: wait needs spend_cap_usd"),
 ])
 def test_bad_caps_are_config_errors_naming_the_field(tmp_path: Path, fields: str,
                                                      needle: str) -> None:
@@ -76,3 +81,12 @@ def test_the_examples_commented_judges_load_with_their_cap(
     assert isinstance(azure, OpenAIJudgeConfig)
     assert azure.spend_cap_usd == 20
     assert azure.spend_cap_window_s == 86_400
+    assert azure.on_spend_cap == "error"
+
+
+def test_a_waiting_cap_loads(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, JUDGE % (
+        "price_output_per_1k: 0.002, spend_cap_usd: 5, on_spend_cap: wait")))
+    judge = settings.judges["gpt"]
+    assert isinstance(judge, OpenAIJudgeConfig)
+    assert judge.on_spend_cap == "wait"

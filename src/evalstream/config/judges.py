@@ -135,6 +135,11 @@ class OpenAIJudgeConfig(Section):
     spend_cap_usd: float | None = Field(default=None, gt=0)
     #: The cap's rolling window in seconds (default: a day).
     spend_cap_window_s: float = Field(default=86_400.0, ge=60)
+    #: At the cap: "error" publishes the evaluations as error results (above); "wait"
+    #: holds each request until spend leaves the window (no deadline_s meanwhile), so the
+    #: worker's in-flight slots fill, its partitions pause and the cap becomes consumer
+    #: lag, nothing skipped (cascades escalating to this judge wait too).
+    on_spend_cap: Literal["error", "wait"] = "error"
     cache_size: int = Field(default=10_000, ge=0)
     cache_ttl_s: float = Field(default=3_600.0, gt=0)
 
@@ -178,6 +183,9 @@ class OpenAIJudgeConfig(Section):
             # With both prices 0 every request costs 0: the cap could never be reached.
             raise ValueError("spend_cap_usd needs price_input_per_1k or price_output_per_1k "
                              "above 0 (with both at 0 no spend is ever counted)")
+        if self.on_spend_cap == "wait" and self.spend_cap_usd is None:
+            raise ValueError("on_spend_cap: wait needs spend_cap_usd (without a cap nothing "
+                             "ever waits)")
         if self.deadline_s < self.timeout_s:
             raise ValueError(f"deadline_s ({self.deadline_s}) must be >= timeout_s "
                              f"({self.timeout_s})")

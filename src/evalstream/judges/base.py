@@ -146,5 +146,10 @@ class Judge(abc.ABC):
         """Whether this judge can answer ``task`` (the builtin judge answers a fixed set)."""
         return True
 
+    def stop_waiting(self) -> None:  # noqa: B027 - optional hook, most judges never wait
+        """The worker is stopping: cancel requests waiting for budget (a spend cap with
+        ``on_spend_cap: wait``) rather than let the drain wait for them; their evaluations
+        stay uncommitted and are redelivered."""
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook, most judges hold nothing
         """Release connections."""

@@ -20,7 +20,10 @@ Before each request is sent, a window at or over the cap raises ``JudgeSpendCapE
 and nothing is sent; cache hits still answer, they cost nothing. Requests already in
 flight when the cap is reached still complete and count, so the window may overshoot the
 cap by at most the cost of those in-flight requests (at most ``max_concurrency`` of them:
-the cap is checked again once a request holds its connection slot).
+the cap is checked again once a request holds its connection slot). With
+``on_spend_cap: wait`` the request waits instead (``spend.SpendCapWait``, caught in
+``_cached`` outside the deadline) until the oldest spend leaves the window, then starts
+again with a fresh deadline; a stop cancels the wait (``stop_waiting``).
 
 The API key lives only in the client's default headers: it is never logged, never put in
 an exception message (messages are also scrubbed of it, in case a server echoes it). So
@@ -67,7 +70,7 @@ from evalstream.judges.prompt import generate_messages, judge_messages
 from evalstream.judges.registry import judge_backend
 from evalstream.judges.resilience import CircuitState
 from evalstream.judges.scrub import Scrubber
-from evalstream.judges.spend import SpendCap, SpendWindow
+from evalstream.judges.spend import SpendCap, SpendCapWait, SpendWindow
 from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
 
@@ -102,10 +105,12 @@ class OpenAIJudge(Judge):
         config: Endpoint, limits, prices and spend cap.
         metrics: The worker's metrics container.
         clock: Monotonic seconds for the spend cap's window; injected by tests.
+        sleep: How a wait for the spend cap's window sleeps; injected by tests.
     """
 
     def __init__(self, name: str, config: OpenAIJudgeConfig, metrics: Metrics,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.name = name
         self.config = config
         self._metrics = metrics
@@ -115,7 +120,10 @@ class OpenAIJudge(Judge):
         window = SpendWindow(config.spend_cap_window_s, clock=clock)
         metrics.judge_spend_window.labels(name).set_function(window.total)
         spend = SpendCap(name, config.spend_cap_usd, window,
-                         metrics.judge_requests.labels(name, "capped").inc)
+                         metrics.judge_requests.labels(name, "capped").inc,
+                         wait=config.on_spend_cap == "wait", sleep=sleep)
+        metrics.judge_spend_cap_waiting.labels(name).set_function(lambda: spend.waiting)
+        self._spend = spend
         self._sender = RequestSender(name, config, metrics, self._redact, spend,
                                      self.should_retry)
         self._host = self._sender.host
@@ -162,6 +170,10 @@ class OpenAIJudge(Judge):
         """Whether a failed attempt is worth retrying (408/409/425/429, 5xx, timeouts, resets)."""
         return error.retryable
 
+    def stop_waiting(self) -> None:
+        """Cancel the requests waiting at the spend cap (``on_spend_cap: wait``)."""
+        self._spend.stop_waiting()
+
     async def aclose(self) -> None:
         """Close the HTTP clients (their pooled connections)."""
         await self._sender.aclose()
@@ -173,15 +185,22 @@ class OpenAIJudge(Judge):
         """(answer, cache hit, latency in ms): cached, else ``compute``, within the deadline."""
         usage = Usage()
         start = time.perf_counter()
-        try:
-            async with asyncio.timeout(self.config.deadline_s):
-                answer, hit = await self._cache.get_or_compute(key, lambda: compute(usage))
-        except TimeoutError:
-            self._metrics.judge_requests.labels(self.name, "deadline").inc()
-            last = f"; last error: {usage.last_error}" if usage.last_error else ""
-            raise JudgeUnavailableError(self._redact(
-                f"judge {self.name!r}: no answer within the {self.config.deadline_s:g}s "
-                f"deadline after {usage.requests} request(s){last}")) from None
+        while True:
+            try:
+                async with asyncio.timeout(self.config.deadline_s):
+                    answer, hit = await self._cache.get_or_compute(key, lambda: compute(usage))
+                break
+            except SpendCapWait:
+                # on_spend_cap: wait, and nothing was sent for it. Waited for outside the
+                # deadline: the wait is for budget, not for an unhealthy backend, and its
+                # end is known; the deadline (and the retries) start afresh after it.
+                await self._spend.wait_for_room()
+            except TimeoutError:
+                self._metrics.judge_requests.labels(self.name, "deadline").inc()
+                last = f"; last error: {usage.last_error}" if usage.last_error else ""
+                raise JudgeUnavailableError(self._redact(
+                    f"judge {self.name!r}: no answer within the {self.config.deadline_s:g}s "
+                    f"deadline after {usage.requests} request(s){last}")) from None
         if hit:
             self._metrics.judge_cache_hits.labels(self.name).inc()
         return answer, hit, (time.perf_counter() - start) * 1000.0

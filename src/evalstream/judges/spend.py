@@ -8,22 +8,42 @@ the window by default), never unbounded.
 
 The cap is per process: each worker replica keeps its own window, in memory only (a
 restarted worker starts from zero).
+
+At the cap a judge either refuses (``on_spend_cap: error``: ``JudgeSpendCapError``, an
+error result) or waits (``wait``): the request raises :class:`SpendCapWait`, which the
+judge catches to :meth:`SpendCap.wait_for_room` until the oldest spend leaves the window,
+then asks again. The wait holds the evaluation's slot, so the worker's backpressure turns
+the cap into consumer lag instead of error results.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from evalstream.errors import JudgeSpendCapError
 from evalstream.logging import get_logger
 
-__all__ = ["SpendCap", "SpendWindow"]
+__all__ = ["SpendCap", "SpendCapWait", "SpendWindow"]
 
 _log = get_logger(__name__)
+
+# The shortest wait before the window is looked at again: a bucket is due to leave at a
+# time computed in floating point, and a wait of 0 there must not spin.
+_MIN_RECHECK_S = 0.001
+
+
+class SpendCapWait(Exception):
+    """The spend cap is reached and the judge waits for room (``on_spend_cap: wait``).
+
+    Raised where a request would be refused, before anything is sent; the judge catches it
+    outside its deadline, waits with :meth:`SpendCap.wait_for_room` and asks again. Not a
+    ``JudgeError``: it never becomes an error result.
+    """
 
 
 class SpendWindow:
@@ -90,22 +110,38 @@ class SpendWindow:
 
 
 class SpendCap:
-    """A judge's spend cap: ``check`` refuses while the window's spend is at the cap.
+    """A judge's spend cap: ``check`` refuses (or asks to wait) while the window is at the cap.
 
     Args:
         judge: The judge's name (messages, the log).
         cap_usd: The cap; None counts spend (for the gauge) and never refuses.
         window: Where the judge's spend is added.
-        on_refused: Called once per refused request (the ``capped`` request count).
+        on_refused: Called once per refused request, and once per wait of a held one (the
+            ``capped`` request count).
+        wait: At the cap, raise :class:`SpendCapWait` (the judge then waits for room)
+            instead of ``JudgeSpendCapError`` (``on_spend_cap: wait``).
+        sleep: How a wait sleeps; injected by tests with a fake clock.
     """
 
     def __init__(self, judge: str, cap_usd: float | None, window: SpendWindow,
-                 on_refused: Callable[[], None]) -> None:
+                 on_refused: Callable[[], None], *, wait: bool = False,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.judge = judge
         self.cap_usd = cap_usd
         self.window = window
+        self.wait = wait
         self._on_refused = on_refused
+        self._sleep = sleep
         self._logged = False
+        # The tasks waiting for room, so a stop can cancel them (their evaluations are then
+        # left uncommitted and redelivered) rather than wait out the window.
+        self._waiters: set[asyncio.Task[object]] = set()
+        self._stopping = False
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for the window to have room (the gauge)."""
+        return len(self._waiters)
 
     def add(self, usd: float) -> None:
         """Count ``usd`` spent now."""
@@ -116,6 +152,7 @@ class SpendCap:
 
         Raises:
             JudgeSpendCapError: the window's spend has reached the cap (nothing may be sent).
+            SpendCapWait: the same, when the judge waits at its cap instead.
         """
         cap = self.cap_usd
         if cap is None:
@@ -124,6 +161,8 @@ class SpendCap:
         if spent < cap:
             self._logged = False
             return
+        if self.wait:
+            raise SpendCapWait
         self._on_refused()
         release = self.window.seconds_until_release()
         if not self._logged:
@@ -135,3 +174,34 @@ class SpendCap:
             f"judge {self.judge!r}: spend cap reached (${spent:.4f} of spend_cap_usd "
             f"${cap:g} within the last {self.window.window_s:g}s); no request sent; spend "
             f"starts leaving the window in {release:.0f}s")
+
+    async def wait_for_room(self) -> None:
+        """Wait until the window's spend is below the cap: until its oldest spend leaves
+        the window, again while that is not enough. Counted once as ``capped``.
+
+        Raises:
+            asyncio.CancelledError: the worker is stopping (:meth:`stop_waiting`).
+        """
+        task = asyncio.current_task()
+        if self._stopping or task is None:
+            raise asyncio.CancelledError
+        self._on_refused()
+        self._waiters.add(task)
+        try:
+            while self.cap_usd is not None and (spent := self.window.total()) >= self.cap_usd:
+                release = self.window.seconds_until_release()
+                if not self._logged:
+                    self._logged = True
+                    _log.warning("judge_spend_cap_waiting", judge=self.judge,
+                                 cap_usd=self.cap_usd, spent_usd=round(spent, 6),
+                                 release_in_s=round(release, 1))
+                await self._sleep(max(release, _MIN_RECHECK_S))
+        finally:
+            self._waiters.discard(task)
+
+    def stop_waiting(self) -> None:
+        """Cancel the requests waiting for room, and any that would start waiting: the
+        worker is stopping, and their evaluations are redelivered rather than waited for."""
+        self._stopping = True
+        for task in list(self._waiters):
+            task.cancel()
