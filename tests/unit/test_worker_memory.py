@@ -620,3 +620,33 @@ async def test_nothing_grows_with_varied_traffic_or_rebalances() -> None:
     assert first[5] == 33  # 32 distinct content-made reasons + "other" (then no more)
     assert metric(worker, "evalstream_labels_total", route="main", evaluator="unit_labels",
                   label="other") > 0
+
+
+async def test_intake_keeps_polling_while_it_waits_for_a_slot_mid_batch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # One slot, one batch of three: offset 1 waits for the slot while offset 0 runs 0.6 s.
+    # A slot can be held for hours (evaluations waiting at a spend cap with
+    # on_spend_cap: wait), and aiokafka leaves the group when not polled for
+    # max_poll_interval_ms: the wait must keep polling. Was one 0.6 s gap without a poll.
+    monkeypatch.setattr(message_path_module, "_SLOT_POLL_S", 0.05)
+    records = [raw(0, "sleep:0.6"), raw(1), raw(2)]
+    worker, source, sink = build(records, worker={"max_in_flight": 1,
+                                                  "commit_interval_s": 0.02})
+    loop = asyncio.get_running_loop()
+    polls: list[float] = []
+    poll = source.poll
+
+    async def counted(timeout_s: float, max_records: int) -> Any:
+        polls.append(loop.time())
+        return await poll(timeout_s, max_records)
+
+    monkeypatch.setattr(source, "poll", counted)
+    async with started(worker):
+        await until(lambda: worker.in_flight == 1 and worker.tracker.pending() == 2)
+        began = loop.time()
+        await until(lambda: source.committed.get(TP0) == 3)
+        ended = loop.time()
+    during = [t for t in polls if began <= t <= ended]
+    gaps = [b - a for a, b in zip([began, *during], [*during, ended], strict=True)]
+    assert max(gaps) < 0.3, gaps
+    assert [r.event_id for r in sink.results] == ["e0", "e1", "e2"]

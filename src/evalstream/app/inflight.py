@@ -59,14 +59,27 @@ class InFlight:
         """No slot is free."""
         return self._slots.locked()
 
-    async def acquire(self) -> None:
-        """Take a slot, pausing the source first if none is free."""
+    async def acquire(self, timeout_s: float | None = None) -> bool:
+        """Take a slot, pausing the source first if none is free.
+
+        Returns:
+            Whether a slot was taken: False when none was free within ``timeout_s``.
+        """
         if self._slots.locked():
             self.set_paused(True)
-        await self._slots.acquire()
+        if timeout_s is None:
+            await self._slots.acquire()
+        else:
+            # A cancelled Semaphore.acquire gives back a slot it was just handed.
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await self._slots.acquire()
+            except TimeoutError:
+                return False
         self._count += 1
         if self._count > self._peak:
             self._peak = self._count
+        return True
 
     def release(self) -> None:
         """Give a slot back."""

@@ -29,6 +29,7 @@ message.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from zlib import crc32
 
@@ -53,6 +54,8 @@ __all__ = ["MessagePath"]
 log = get_logger(__name__)
 
 _POLL_TIMEOUT_S = 0.5
+# How long intake waits for a slot mid-batch before polling the (paused) consumer again.
+_SLOT_POLL_S = 1.0
 _DEAD_LETTER_CONCURRENCY = 64
 
 
@@ -99,11 +102,17 @@ class MessagePath:
         self._dispatch: Callable[[Record, TP, list[TraceEvent], float | None],
                                  Awaitable[None]] = (
             self._dispatch_events if sessions is None else self._dispatch_sessions)
+        # Batches a keep-alive poll returned while intake waited for a slot mid-batch (see
+        # ``_take_slot``), handled before the next poll, in the order they came.
+        self._stashed: deque[Mapping[TP, Sequence[Record]]] = deque()
 
     def rebalanced(self, revoked: Sequence[TP] = ()) -> None:
         """Partitions were assigned or ``revoked``: what was taken before is not started
         now, and open session windows of revoked partitions are abandoned (redelivered)."""
         self._generation += 1
+        # Not tracked yet, so nothing to abandon: the partitions' owner fetches them again
+        # from the committed offsets.
+        self._stashed.clear()
         if revoked and self._sessions is not None:
             self._sessions.abandon(revoked)
 
@@ -156,6 +165,9 @@ class MessagePath:
         max_records = self._max_poll_records
         source, slots = self.source, self.slots
         while True:
+            if self._stashed:
+                await self._handle_batch(self._stashed.popleft())
+                continue
             if slots.full:
                 await self._wait_for_capacity()
                 continue
@@ -292,7 +304,8 @@ class MessagePath:
         slots = self.slots
         for started, (event, planned) in enumerate(work):
             try:
-                await slots.acquire()
+                while not await slots.acquire(_SLOT_POLL_S):
+                    await self._keep_polled()
             except asyncio.CancelledError:
                 # Intake ended (a stop) while this waited for a slot: the rest never starts.
                 # Abandoned, so a revoke during the drain does not wait out its deadline
@@ -312,6 +325,19 @@ class MessagePath:
                 self._evaluate(state, record.offset, event, planned))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    async def _keep_polled(self) -> None:
+        """Poll the consumer while intake waits for a slot in the middle of a batch.
+
+        Slots can stay taken far longer than ``kafka.max_poll_interval_ms`` (evaluations
+        waiting at a judge's spend cap with ``on_spend_cap: wait`` hold theirs until spend
+        leaves the window), and aiokafka leaves the group when it is not polled. The
+        partitions are paused, so this returns nothing, except from one resumed meanwhile
+        (a start position applied): kept for after this batch, never dropped.
+        """
+        records = await self.source.poll(0.0, 1)
+        if records:
+            self._stashed.append(records)
 
     # --- work ---------------------------------------------------------------------------
 
