@@ -290,7 +290,11 @@ class Worker:
             await consume
         with contextlib.suppress(Exception):
             self.source.pause()
-        # 2. Drain in-flight work up to the deadline.
+        # 2. Drain in-flight work up to the deadline. Evaluations waiting at a judge's
+        #    spend cap (on_spend_cap: wait) could wait hours: they are cancelled now, left
+        #    uncommitted and redelivered, rather than holding the drain to its deadline.
+        for judge in self.judges.values():
+            judge.stop_waiting()
         if self._fatal is None:
             await self.message_path.drain(self.settings.worker.shutdown_timeout_s)
         # 3. Finish: every step from here on shares one budget (see ``_CLOSE_BUDGET_S``).
