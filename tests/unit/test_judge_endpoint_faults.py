@@ -127,6 +127,43 @@ async def test_a_400_naming_logprobs_switches_auto_mode_to_json(error: dict[str,
     assert asked_logprobs(server) == [True, False, False]
 
 
+async def test_a_200_carrying_a_400_that_names_logprobs_switches_auto_mode_to_json() -> None:
+    # A gateway that wraps the backend's rejection in a 200 (OpenRouter-style error body):
+    # the same rejection as an HTTP 400 saying so. Was a generic, non-retryable JudgeError
+    # failing every evaluation while logprobs stayed on.
+    wrapped = {"error": {"code": 400, "message": "logprobs is not supported"}}
+
+    def script(body: Any) -> Reply | None:
+        return reply(200, wrapped) if body.get("logprobs") else None
+
+    async with scripted(script) as server:
+        judge = make_judge(server)
+        first = await judge.judge(question())
+        second = await judge.judge(question("other"))
+        await judge.aclose()
+    assert first.p("yes") == 1.0  # the server's JSON answer '{"output": "yes"}'
+    assert second.p("yes") == 1.0
+    assert asked_logprobs(server) == [True, False, False]
+
+
+async def test_a_200_carrying_another_400_is_still_an_error_that_keeps_logprobs() -> None:
+    wrapped = {"error": {"code": "400", "message": "prompt is too long"}}
+
+    def script(body: Any) -> Reply | None:
+        return reply(200, wrapped) if "LONG" in sent_text(body) else None
+
+    async with scripted(script) as server:
+        judge = make_judge(server)
+        with pytest.raises(JudgeError, match="prompt is too long") as info:
+            await judge.judge(question("LONG"))
+        after = await judge.judge(question("an ordinary answer"))
+        await judge.aclose()
+    assert info.value.status == 400
+    assert not info.value.retryable
+    assert after.p("yes") == pytest.approx(0.8 / 0.95)  # still read from logprobs
+    assert asked_logprobs(server) == [True, True]
+
+
 async def test_a_400_naming_logprobs_is_still_an_error_when_logprobs_are_required() -> None:
     def script(body: Any) -> Reply | None:
         return reply(400, {"error": {"message": "bad", "param": "logprobs"}})

@@ -200,7 +200,8 @@ def _count(value: Any) -> int:
 
 
 class LogprobsRejectedError(JudgeError):
-    """An HTTP 400 whose error body points at the logprobs parameters."""
+    """An HTTP 400 (or a 2xx body carrying an error with code 400) whose error points at
+    the logprobs parameters."""
 
 
 def classify_response(response: httpx.Response, *, judge: str, host: str,
@@ -270,7 +271,12 @@ def _error_in_body(body: Any, response: httpx.Response, *, judge: str, host: str
         return None
     fields = _fields_of(error)
     code = _http_status(fields.get("code"))
-    return JudgeError(
+    # Some gateways wrap the backend's 400 in a 200 (OpenRouter-style): one naming the
+    # logprobs parameters is the same rejection as an HTTP 400 saying so, and in auto mode
+    # the judge falls back to a JSON answer instead of failing every request.
+    kind = (LogprobsRejectedError if code == 400 and _fields_name_logprobs(fields)
+            else JudgeError)
+    return kind(
         f"judge {judge!r}: HTTP {response.status_code} from {host} carries "
         f"{f'error {code}' if code else 'an error'}{_error_detail(fields, redact)}",
         retryable=code is not None and _retryable_status(code),
@@ -321,10 +327,14 @@ def _names_logprobs(response: httpx.Response) -> bool:
     """
     fields = _error_fields(response)
     if fields:
-        texts = [v for k in ("param", "code", "message") if isinstance(v := fields.get(k), str)]
-    else:
-        # Not ``response.text``: that decodes with the charset the server names, and a
-        # bogus one ("rot13", "utf-16" without a BOM) raised TypeError or UnicodeError out
-        # of judge(). The parameter names sought are ASCII.
-        texts = [response.content[:1000].decode("utf-8", "replace")]
-    return any(_LOGPROB_PARAMS.search(text) for text in texts)
+        return _fields_name_logprobs(fields)
+    # Not ``response.text``: that decodes with the charset the server names, and a bogus
+    # one ("rot13", "utf-16" without a BOM) raised TypeError or UnicodeError out of
+    # judge(). The parameter names sought are ASCII.
+    return bool(_LOGPROB_PARAMS.search(response.content[:1000].decode("utf-8", "replace")))
+
+
+def _fields_name_logprobs(fields: Mapping[str, Any]) -> bool:
+    """Whether an error object's ``param``, ``code`` or ``message`` names logprobs."""
+    return any(isinstance(v := fields.get(k), str) and _LOGPROB_PARAMS.search(v)
+               for k in ("param", "code", "message"))
