@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import textwrap
@@ -108,3 +109,46 @@ def test_without_an_early_signal_nothing_is_stopped() -> None:
     proc = run_early("uvloop", "", "SIGTERM")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:3] == ["0", "1", "1"]
+
+
+# ``evalstream run`` catches a stop before its first heavy import: until then a SIGTERM
+# (a rollout replacing a pod that is still starting) kills it with 143. The probe records
+# whether SIGTERM still had Python's default action when the first heavy module was
+# imported. Was: importlib.metadata (the package's version), asyncio and yaml (cli.py) and
+# argparse all came first, ~0.25 s of a 0.3 s window (bench/early_sigterm.py).
+HEAVY = ("argparse", "asyncio", "yaml", "importlib.metadata", "pydantic", "aiokafka")
+FIRST_HEAVY_IMPORT = textwrap.dedent("""
+    import runpy, signal, sys
+
+    seen = []
+
+    class Probe:
+        def find_spec(self, name, path=None, target=None):
+            if name in HEAVY and not seen:
+                seen.append((name, signal.getsignal(signal.SIGTERM) is signal.SIG_DFL))
+            return None
+
+    sys.meta_path.insert(0, Probe())
+    sys.argv = ["evalstream", "run", "--config", "/nonexistent/evalstream.yaml"]
+    try:
+        if ENTRY == "script":  # what the installed `evalstream` script does
+            from evalstream.cli import main
+            code = main()
+        else:
+            runpy.run_module("evalstream", run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+    print(code, seen)
+""")
+
+
+@pytest.mark.parametrize("entry", ["script", "module"])
+def test_run_catches_a_stop_before_its_first_heavy_import(entry: str) -> None:
+    script = f"HEAVY = {HEAVY!r}\nENTRY = {entry!r}\n" + FIRST_HEAVY_IMPORT
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    code, _, seen = proc.stdout.strip().partition(" ")
+    assert code == "2"  # the missing config file: a configuration error, as always
+    name, default = ast.literal_eval(seen)[0]
+    assert default is False, f"{name} was imported while SIGTERM still killed the process"

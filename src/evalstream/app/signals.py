@@ -8,12 +8,18 @@ until :func:`install_stop_signals` takes over, which then stops at once.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Callable, Iterator
-from types import FrameType
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from types import FrameType
+
+# Nothing heavy at import time (asyncio is imported where the loop's handlers are
+# installed): ``evalstream run`` imports this module first, to catch a SIGTERM as early as
+# it can (see ``cli.main``).
 
 __all__ = ["EXIT_FORCED", "catch_stop_signals_early", "install_stop_signals"]
 
@@ -69,6 +75,8 @@ def install_stop_signals(stop: Callable[[], None]) -> None:
     now (and a Ctrl-C then counts as the first). Only possible in the main thread, with the
     loop running.
     """
+    import asyncio
+
     loop = asyncio.get_running_loop()
 
     def on_sigint() -> None:
