@@ -63,3 +63,36 @@ async def test_messages_carry_keys_and_headers(broker: Broker) -> None:
     assert dict(big.headers)["truncated_size"] == b"20000"
     (alert,) = await read_all(broker.bootstrap, topics.alerts, expect=1)
     assert alert.key == b"main/refusal"  # type: ignore[attr-defined]
+
+
+async def test_the_largest_error_result_fits_a_max_request_size_at_the_floor(
+        broker: Broker) -> None:
+    # The floor start-up checks kafka.max_request_size against is what the producer
+    # counts: at the floor the worst error result (every clipped field at its limit, the
+    # key of 4-byte characters) is accepted; one byte below, refused.
+    from evalstream.app.pipeline import Pipeline
+    from evalstream.metrics import Metrics
+    from evalstream.sinks.kafka import result_record_bytes
+    from tests.unit.pipeline_doubles import JUDGES, settings
+
+    (worst,) = Pipeline(settings(), JUDGES, Metrics()).largest_error_results()
+    worst = worst.model_copy(update={"trace_id": "\U0001f600" * len(worst.trace_id)})
+    floor = result_record_bytes(worst, widest_key=True)
+    assert result_record_bytes(worst) == floor  # the widest key is this one's exact size
+    topics = TopicSettings(results=unique("res"), dead_letter=unique("dlq"),
+                           alerts=unique("alerts"))
+    await create_topics(broker.bootstrap, [topics.results, topics.dead_letter])
+    for limit, fits in ((floor, True), (floor - 1, False)):
+        sink = KafkaSink(KafkaSettings(bootstrap_servers=broker.bootstrap,
+                                       max_request_size=limit), topics, alerts=False)
+        await sink.start()
+        try:
+            if fits:
+                await sink.publish_result(worst)
+            else:
+                with pytest.raises(OutputRejectedError, match="MessageSizeTooLargeError"):
+                    await sink.publish_result(worst)
+        finally:
+            await sink.stop()
+    (published,) = await read_all(broker.bootstrap, topics.results, expect=1)
+    assert load_json(published.value)["status"] == "error"  # type: ignore[attr-defined]

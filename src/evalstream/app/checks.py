@@ -11,11 +11,12 @@ from evalstream.evaluators import registry
 from evalstream.formats import decoder_for
 from evalstream.judges.registry import build_judges
 from evalstream.metrics import Metrics
-from evalstream.sinks.kafka import KafkaSink
+from evalstream.sinks.kafka import KafkaSink, result_record_bytes
 from evalstream.sources.kafka import KafkaSource
 
 __all__ = [
     "check_kafka_clients",
+    "check_request_size",
     "check_route_topics",
     "check_settings",
     "check_watch_labels",
@@ -65,18 +66,48 @@ def check_watch_labels(settings: Settings, pipeline: Pipeline) -> None:
                           f"(labels: {list(options)})")
 
 
+def check_request_size(settings: Settings, pipeline: Pipeline) -> None:
+    """``kafka.max_request_size`` holds the largest error result the worker can publish.
+
+    A result the producer refuses as too large is replaced by an error result, whose
+    fields the pipeline clips so that it is small whatever the event held
+    (``Pipeline.largest_error_results``). Were that refused too, the worker would stop,
+    and stop again on every restart at the same message. (The stand-in for a dead letter
+    too large to publish is smaller still: two 1,000-byte headers and a key of at most
+    1,024 bytes.) Below this floor, ordinary results of ~1 KB are refused as well.
+
+    Raises:
+        ConfigError: naming ``kafka.max_request_size`` and the floor.
+    """
+    limit = settings.kafka.max_request_size
+    sizes = [(result_record_bytes(r, widest_key=True), r)
+             for r in pipeline.largest_error_results()]
+    if not sizes:
+        return
+    floor, worst = max(sizes, key=lambda pair: pair[0])
+    if limit < floor:
+        raise ConfigError(
+            f"kafka.max_request_size ({limit}) must be at least {floor} bytes: the largest "
+            f"error result the worker can publish (route {worst.route!r}, evaluator "
+            f"{worst.evaluator!r}: ids, attributes and message clipped to their limits) "
+            f"must fit, or one event that makes it would stop the worker at every restart")
+
+
 def check_settings(settings: Settings) -> None:
     """Build judges, every route's evaluators and every input's decoder, then discard them.
 
     Raises:
         ConfigError: naming the offending field (unknown evaluator, bad params, bad mapping,
             a route matching a topic no input consumes, a watched label no evaluator gives,
-            a Kafka option aiokafka refuses).
+            a Kafka option aiokafka refuses, a max_request_size below the largest error
+            result).
     """
     check_route_topics(settings)
     metrics = Metrics()
     judges = build_judges(settings.judges, metrics)
-    check_watch_labels(settings, Pipeline(settings, judges, metrics))
+    pipeline = Pipeline(settings, judges, metrics)
+    check_watch_labels(settings, pipeline)
+    check_request_size(settings, pipeline)
     for topic in settings.inputs:
         decoder_for(topic)
     asyncio.run(check_kafka_clients(settings))

@@ -24,7 +24,7 @@ import asyncio
 import re
 import time
 from collections.abc import Mapping
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -324,6 +324,24 @@ class Pipeline:
             if value is not None and len(value) > _MAX_ID_CHARS:
                 fields[name] = value[:_MAX_ID_CHARS]
         return EvalResult(**fields, status="error", error=error[:_MAX_ERROR_CHARS])
+
+    def largest_error_results(self) -> list[EvalResult]:
+        """Per configured evaluation, the largest error result :meth:`failed` can build.
+
+        Every clipped field (ids, session, app, attributes, error) at its limit, of the
+        character JSON writes longest (a control character: 6 bytes as ``\\u0000``), and
+        the latest time stamp. This bounds what stands in for a result the broker refuses,
+        so ``kafka.max_request_size`` can be checked against it at start-up.
+        """
+        widest = "\x00"
+        ids = widest * _MAX_ID_CHARS
+        event = TraceEvent(
+            event_id=ids, trace_id=ids, span_id=ids, session_id=ids, app=ids,
+            attributes=dict.fromkeys(self._result_attributes, widest * _MAX_ATTRIBUTE_CHARS),
+            timestamp=datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC))
+        error = widest * _MAX_ERROR_CHARS
+        return [self.failed(event, planned, error)
+                for runtime in self._routes for planned in runtime.planned]
 
     def record(self, planned: Planned, result: EvalResult) -> None:
         """Count a result of ``planned`` that is now durable: its outcome (``passed``,

@@ -27,7 +27,12 @@ from prometheus_client import CollectorRegistry
 
 from evalstream import __version__
 from evalstream.app.caught_up import CaughtUp, watch_caught_up
-from evalstream.app.checks import check_kafka_clients, check_route_topics, check_watch_labels
+from evalstream.app.checks import (
+    check_kafka_clients,
+    check_request_size,
+    check_route_topics,
+    check_watch_labels,
+)
 from evalstream.app.commits import Committer
 from evalstream.app.connect import connect
 from evalstream.app.health import (
@@ -120,6 +125,7 @@ class Worker:
             dict(judges) if judges is not None else build_judges(settings.judges, self.metrics))
         self.pipeline = Pipeline(settings, self.judges, self.metrics)
         check_watch_labels(settings, self.pipeline)
+        check_request_size(settings, self.pipeline)
         self.intake = Intake(settings, self.pipeline, self.metrics)
         self.source: Source = source if source is not None else KafkaSource(
             settings.kafka, [t.topic for t in settings.inputs])

@@ -22,6 +22,7 @@ from aiokafka.errors import (
     PolicyViolationError,
     RecordListTooLargeError,
 )
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from evalstream.config import KafkaSettings, TopicSettings
 from evalstream.config.kafka import build_client
@@ -30,7 +31,7 @@ from evalstream.events import Alert, EvalResult, Record, dump_json
 from evalstream.logging import get_logger
 from evalstream.sinks.headers import DLQ_TRUNCATED, dead_letter_headers, result_headers
 
-__all__ = ["KafkaSink"]
+__all__ = ["KafkaSink", "result_record_bytes"]
 
 log = get_logger(__name__)
 
@@ -65,6 +66,19 @@ def crc32_partitioner(key: bytes | None, all_partitions: Sequence[int],
     if key is None:
         return random.choice(available or all_partitions)
     return all_partitions[zlib.crc32(key) % len(all_partitions)]
+
+
+def result_record_bytes(result: EvalResult, *, widest_key: bool = False) -> int:
+    """The size the producer checks against ``kafka.max_request_size`` for ``result``
+    (:meth:`KafkaSink.publish_result`'s key, value and headers).
+
+    ``widest_key``: count the key (the trace id) at 4 bytes a character, the most UTF-8
+    takes, for a bound over every trace id of that length rather than this one's size.
+    """
+    key = (b"k" * 4 * len(result.trace_id)) if widest_key else result.trace_id.encode()
+    size: int = DefaultRecordBatchBuilder.estimate_size_in_bytes(
+        key, dump_json(result), result_headers(result.route, result.evaluator))
+    return size
 
 
 class KafkaSink:

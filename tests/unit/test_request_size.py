@@ -1,0 +1,101 @@
+"""``kafka.max_request_size`` must hold the largest error result the worker can publish.
+
+A result the producer refuses as too large is replaced by an error result that the
+pipeline keeps small (ids, attributes and message clipped); were that refused as well, the
+worker would stop, and stop again at the same message after every restart. Below that
+floor, ordinary results (~1 KB) are refused too. Checked at start-up (exit 2).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from evalstream.app.checks import check_request_size
+from evalstream.app.pipeline import Pipeline
+from evalstream.app.worker import Worker
+from evalstream.cli import EXIT_CONFIG, main
+from evalstream.config import Settings
+from evalstream.errors import ConfigError
+from evalstream.events import TraceEvent
+from evalstream.metrics import Metrics
+from evalstream.sinks.kafka import result_record_bytes
+from tests.unit.pipeline_doubles import JUDGES, settings
+
+
+def pipeline_of(config: Settings) -> Pipeline:
+    return Pipeline(config, JUDGES, Metrics())
+
+
+def floor_of(config: Settings) -> int:
+    return max(result_record_bytes(r, widest_key=True)
+               for r in pipeline_of(config).largest_error_results())
+
+
+def test_a_small_max_request_size_exits_2_naming_the_field(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({
+        "kafka": {"max_request_size": 2048},
+        "inputs": [{"topic": "traces"}],
+        "routes": [{"name": "r", "evaluators": [{"evaluator": "refusal"}]}]}),
+        encoding="utf-8")
+    assert main(["check-config", str(path)]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "kafka.max_request_size (2048) must be at least" in err
+    assert "route 'r', evaluator 'refusal'" in err
+
+
+def test_the_worker_refuses_to_start_below_the_floor() -> None:
+    # ``run`` builds the worker before it connects anything: the same check, exit 2.
+    with pytest.raises(ConfigError, match=r"kafka\.max_request_size \(4096\)"):
+        Worker(settings(kafka={"max_request_size": 4096}), registry=CollectorRegistry(),
+               judges=JUDGES)
+
+
+def test_the_floor_is_exact_and_grows_with_the_copied_attributes() -> None:
+    plain = settings()
+    floor = floor_of(plain)
+    assert 30_000 < floor < 50_000  # five 1,024-character ids at 6 bytes, and the rest
+    check_request_size(settings(kafka={"max_request_size": floor}), pipeline_of(plain))
+    below = settings(kafka={"max_request_size": floor - 1})
+    with pytest.raises(ConfigError, match=f"must be at least {floor} bytes"):
+        check_request_size(below, pipeline_of(below))
+    wide = settings(results={"attributes": [f"a{i}" for i in range(32)]})
+    assert floor_of(wide) > floor + 32 * 256 * 6
+    assert floor_of(wide) < 4_194_304  # the default max_request_size holds any of them
+
+
+def test_the_default_max_request_size_passes() -> None:
+    config = settings()
+    check_request_size(config, pipeline_of(config))
+
+
+def _nasty(rng: random.Random, length: int) -> str:
+    # No lone surrogates: the decoders' JSON and protobuf parsers refuse them.
+    alphabet = ["\x00", "\x1f", '"', "\\", "a", "é", "\u2028", "\U0001f600"]
+    return "".join(rng.choice(alphabet) for _ in range(length))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_no_error_result_is_larger_than_the_floor(seed: int) -> None:
+    # Events far over every limit, of characters JSON and UTF-8 make long: the error
+    # result the pipeline builds, as the producer counts it, never passes the floor.
+    rng = random.Random(seed)
+    config = settings(results={"attributes": ["model", "tenant"]})
+    pipeline = pipeline_of(config)
+    floor = floor_of(config)
+    fields: dict[str, Any] = {name: _nasty(rng, rng.randint(0, 5000)) for name in
+                              ("event_id", "trace_id", "span_id", "session_id", "app")}
+    event = TraceEvent(**fields, attributes={"model": _nasty(rng, 3000),
+                                             "tenant": _nasty(rng, 10)})
+    (largest,) = pipeline.largest_error_results()  # one per configured evaluation
+    plan = pipeline.plan(TraceEvent(event_id="e", trace_id="t"), "traces")[0]
+    assert plan.evaluator == largest.evaluator
+    result = pipeline.failed(event, plan, _nasty(rng, rng.randint(0, 3000)))
+    assert result_record_bytes(result) <= floor
