@@ -173,8 +173,9 @@ def build() -> dict[str, object]:
         "Judge requests by outcome",
         "Finished calls: ok, error (not retryable, or retries exhausted), deadline (no "
         "answer in time, e.g. while the circuit breaker is open). Attempts that go on: "
-        "retry, rate_limited (HTTP 429). Refused unsent: capped (the judge's spend_cap_usd "
-        "was reached).", "ops",
+        "retry, rate_limited (HTTP 429). Refused, or held until the window has room "
+        "(on_spend_cap: wait), unsent: capped (the judge's spend_cap_usd was reached).",
+        "ops",
         _q(f"sum by (judge, outcome) (rate(evalstream_judge_requests_total[{RATE}]))",
            "{{judge}} {{outcome}}"), width=8))
 

@@ -119,8 +119,8 @@ class Metrics:
         # --- judges -------------------------------------------------------------------
         self.judge_requests = Counter(
             "evalstream_judge_requests_total",
-            "Judge HTTP requests; capped ones were refused unsent at the judge's spend cap "
-            "(or, with on_spend_cap: wait, held until it had room). "
+            "Judge HTTP requests; capped ones were refused unsent at the judge's spend cap, "
+            "or held unsent until it had room with on_spend_cap: wait. "
             "By outcome (ok, retry, rate_limited, error, deadline, capped).",
             ["judge", "outcome"], registry=r)
         self.judge_latency = Histogram(
