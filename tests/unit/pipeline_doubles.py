@@ -2,8 +2,8 @@
 
 The scripted evaluator's behaviour is chosen by the event's ``output`` so one route can
 exercise every path: ``skip``, ``judge_error``, ``boom``, ``bad_score``, ``fail``,
-``opaque`` (details JSON cannot hold) and ``sleep:<seconds>`` (then pass); anything else
-passes with score 0.9.
+``opaque`` (details JSON cannot hold), ``sleep:<seconds>`` and ``ask_judge`` (asks its
+judge; then pass); anything else passes with score 0.9.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ class Scripted(Evaluator[EvaluatorParams]):
         output = event.output or ""
         if output.startswith("sleep:"):
             await asyncio.sleep(float(output.split(":", 1)[1]))
+        elif output == "ask_judge":  # asks its judge (then passes)
+            await self.judge.judge(JudgeRequest(task="unit", instructions="", question="?"))
         elif output == "skip":
             raise SkipEvaluation("no_thing")
         elif output.startswith("skip:"):  # a reason taken from the content

@@ -16,7 +16,7 @@ import structlog
 from evalstream.config import OpenAIJudgeConfig
 from evalstream.judges.base import JudgeRequest
 from evalstream.judges.openai_compat import OpenAIJudge
-from evalstream.judges.spend import SpendCap, SpendCapWait, SpendWindow
+from evalstream.judges.spend import WAIT_SCOPE, SpendCap, SpendCapWait, SpendWindow
 from evalstream.metrics import Metrics
 from tests.support.clock import FakeClock
 from tests.support.llm_server import FakeLLM, llm_server
@@ -120,6 +120,37 @@ async def test_stop_waiting_cancels_the_waiters_and_any_later_ones() -> None:
     assert cap.waiting == 0
     with pytest.raises(asyncio.CancelledError):
         await cap.wait_for_room()
+
+
+async def test_stop_waiting_for_some_scopes_cancels_only_their_waits() -> None:
+    # A revoke gives up some partitions: only the waits of evaluations of those end, and
+    # later waits still wait (the worker is not stopping).
+    cap = SpendCap("gpt", 1.0, SpendWindow(3600, clock=FakeClock(0.0)), lambda: None,
+                   wait=True)
+    cap.add(5.0)
+
+    async def wait_in(scope: str) -> None:
+        WAIT_SCOPE.set(scope)
+        await cap.wait_for_room()
+
+    kept, revoked = (asyncio.create_task(wait_in(s)) for s in ("p1", "p0"))
+    async with asyncio.timeout(5):
+        while cap.waiting < 2:
+            await asyncio.sleep(0.001)
+    cap.stop_waiting({"p0"})
+    async with asyncio.timeout(1):
+        with pytest.raises(asyncio.CancelledError):
+            await revoked
+    await asyncio.sleep(0.01)
+    assert not kept.done()
+    later = asyncio.create_task(wait_in("p0"))
+    await asyncio.sleep(0.01)
+    assert not later.done()
+    assert cap.waiting == 2
+    cap.stop_waiting()
+    await asyncio.gather(kept, later, return_exceptions=True)
+    assert kept.cancelled()
+    assert later.cancelled()
 
 
 # --- the OpenAI judge -------------------------------------------------------------------

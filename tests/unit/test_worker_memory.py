@@ -4,7 +4,7 @@ rebalance, output failures, drain, observers, health endpoints, log context."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection, Hashable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -21,9 +21,12 @@ from evalstream.app.observers import PublishAlert, RecordingObserver
 from evalstream.app.worker import Worker
 from evalstream.errors import OutputRejectedError, SourceError
 from evalstream.events import Alert, EvalResult, RawRecord
+from evalstream.judges.base import Judgement, JudgeRequest
+from evalstream.judges.spend import SpendCap, SpendWindow
 from evalstream.sinks.memory import MemorySink
 from evalstream.sources.memory import MemorySource
-from tests.unit.pipeline_doubles import JUDGES, raw, settings
+from tests.support.clock import FakeClock
+from tests.unit.pipeline_doubles import JUDGES, NullJudge, raw, settings
 
 TP0 = ("traces", 0)
 TP1 = ("traces", 1)
@@ -650,3 +653,62 @@ async def test_intake_keeps_polling_while_it_waits_for_a_slot_mid_batch(
     gaps = [b - a for a, b in zip([began, *during], [*during, ended], strict=True)]
     assert max(gaps) < 0.3, gaps
     assert [r.event_id for r in sink.results] == ["e0", "e1", "e2"]
+
+
+class CappedJudge(NullJudge):
+    """Waits at a spend cap that never frees (on_spend_cap: wait): every request waits."""
+
+    def __init__(self) -> None:
+        clock = FakeClock(0.0)
+        window = SpendWindow(3600, clock=clock)
+        window.add(10.0)
+        self.cap = SpendCap("capped", 1.0, window, lambda: None, wait=True)
+
+    async def judge(self, request: JudgeRequest) -> Judgement:
+        await self.cap.wait_for_room()
+        raise AssertionError("the window never frees")
+
+    def stop_waiting(self, scopes: Collection[Hashable] | None = None) -> None:
+        self.cap.stop_waiting(scopes)
+
+
+def capped_worker(records: list[RawRecord]) -> tuple[Worker, MemorySource, MemorySink,
+                                                     CappedJudge]:
+    judge = CappedJudge()
+    source, sink = MemorySource(records), MemorySink()
+    worker = Worker(settings(worker={"shutdown_timeout_s": 30, "commit_interval_s": 0.02,
+                                     "max_in_flight": 4}),
+                    registry=CollectorRegistry(), judges={"builtin": judge}, source=source,
+                    sink=sink)
+    return worker, source, sink, judge
+
+
+async def test_a_stop_cancels_evaluations_waiting_at_a_spend_cap() -> None:
+    # Not drained for shutdown_timeout_s (30 s): they wait for budget, not for work.
+    worker, source, sink, judge = capped_worker([raw(0), raw(1, "ask_judge"), raw(2)])
+    loop = asyncio.get_running_loop()
+    async with started(worker) as task:
+        await until(lambda: judge.cap.waiting == 1 and len(sink.results) == 2)
+        began = loop.time()
+    assert loop.time() - began < 5
+    assert task.result() == 0
+    assert source.committed[TP0] == 1  # offset 1 is redelivered, not an error result
+    assert sorted(r.event_id for r in sink.results) == ["e0", "e2"]
+
+
+async def test_a_revoke_cancels_only_its_partitions_waits_at_a_spend_cap() -> None:
+    records = [raw(0, "ask_judge", partition=0), raw(1, partition=0),
+               raw(0, "ask_judge", partition=1), raw(1, partition=1)]
+    worker, source, sink, judge = capped_worker(records)
+    loop = asyncio.get_running_loop()
+    async with started(worker):
+        await until(lambda: judge.cap.waiting == 2 and len(sink.results) == 2)
+        began = loop.time()
+        await source.revoke([TP0])
+        # Not the 15 s (session timeout / 2) a revoke waits for in-flight work.
+        assert loop.time() - began < 5
+        assert judge.cap.waiting == 1  # partition 1's evaluation still waits
+        assert source.committed.get(TP0, 0) == 0  # offset 0 is redelivered to the next owner
+        assert not worker.tracker.is_assigned(TP0)
+    assert source.committed.get(TP1, 0) == 0
+    assert {r.status for r in sink.results} == {"ok"}

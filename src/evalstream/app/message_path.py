@@ -45,6 +45,7 @@ from evalstream.app.pipeline import Pipeline
 from evalstream.app.session_path import SessionPath
 from evalstream.errors import DecodeError, OutputRejectedError, SinkError
 from evalstream.events import CANARY_ATTRIBUTE, EvalResult, Record, TraceEvent
+from evalstream.judges.spend import WAIT_SCOPE
 from evalstream.logging import get_logger
 from evalstream.sampling import SCALE
 from evalstream.sources.base import Source
@@ -347,6 +348,8 @@ class MessagePath:
         # every log line of this evaluation and needs no unbinding.
         structlog.contextvars.bind_contextvars(
             topic=state.tp[0], partition=state.tp[1], offset=offset, event_id=event.event_id)
+        # So a revoke can cancel this evaluation's waits at a judge's spend cap.
+        WAIT_SCOPE.set(state.tp)
         pipeline = self.pipeline
         try:
             result = await pipeline.run(event, planned)
@@ -356,6 +359,13 @@ class MessagePath:
         except SinkError as exc:
             self._fail(exc)
             return
+        except asyncio.CancelledError:
+            # Cancelled (a stop, the drain's deadline, a revoke cancelling a wait at a
+            # spend cap): it will never complete. Abandoned, so a revoke does not wait for
+            # it, and the partition is not committed past it: the message is redelivered.
+            self.tracker.abandon(state, offset, 1)
+            self.committer.progressed()
+            raise
         except Exception as exc:
             # The broker refused this result for good (e.g. too large), or a bug past the
             # pipeline's own guards (e.g. a plugin's ``details`` that JSON cannot hold).

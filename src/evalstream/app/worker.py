@@ -260,6 +260,11 @@ class Worker:
         """Give in-flight work of ``tps`` a bounded time to finish, commit, forget them.
         Their open session windows are abandoned at once (redelivered to the next owner)."""
         self.message_path.rebalanced(revoked=tps)
+        # Evaluations of these partitions waiting at a judge's spend cap (on_spend_cap:
+        # wait) have sent nothing and could wait hours: the partitions' next owner does
+        # them. Cancelled, rather than waited for here and then evaluated twice.
+        for judge in self.judges.values():
+            judge.stop_waiting(set(tps))
         if not self._closing:
             deadline = min(self.settings.worker.shutdown_timeout_s,
                            self.settings.kafka.session_timeout_ms / 2000)

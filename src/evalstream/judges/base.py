@@ -10,7 +10,7 @@ Either way the answer is a probability per option, so evaluators never parse tex
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -146,10 +146,12 @@ class Judge(abc.ABC):
         """Whether this judge can answer ``task`` (the builtin judge answers a fixed set)."""
         return True
 
-    def stop_waiting(self) -> None:  # noqa: B027 - optional hook, most judges never wait
-        """The worker is stopping: cancel requests waiting for budget (a spend cap with
-        ``on_spend_cap: wait``) rather than let the drain wait for them; their evaluations
-        stay uncommitted and are redelivered."""
+    def stop_waiting(self, scopes: Collection[Hashable] | None = None) -> None:  # noqa: B027
+        """Cancel requests waiting for budget (a spend cap with ``on_spend_cap: wait``)
+        rather than let a drain or a revoke wait for them: all of them (the worker is
+        stopping), or those whose ``judges.spend.WAIT_SCOPE`` is in ``scopes`` (revoked
+        partitions). Their evaluations stay uncommitted and are redelivered. An optional
+        hook: most judges never wait."""
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, most judges hold nothing
         """Release connections."""

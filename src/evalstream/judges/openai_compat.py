@@ -41,7 +41,7 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,9 +170,10 @@ class OpenAIJudge(Judge):
         """Whether a failed attempt is worth retrying (408/409/425/429, 5xx, timeouts, resets)."""
         return error.retryable
 
-    def stop_waiting(self) -> None:
-        """Cancel the requests waiting at the spend cap (``on_spend_cap: wait``)."""
-        self._spend.stop_waiting()
+    def stop_waiting(self, scopes: Collection[Hashable] | None = None) -> None:
+        """Cancel the requests waiting at the spend cap (``on_spend_cap: wait``): all, or
+        those of ``scopes`` (see ``Judge.stop_waiting``)."""
+        self._spend.stop_waiting(scopes)
 
     async def aclose(self) -> None:
         """Close the HTTP clients (their pooled connections)."""

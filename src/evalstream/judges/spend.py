@@ -23,18 +23,24 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Hashable
+from contextvars import ContextVar
 
 from evalstream.errors import JudgeSpendCapError
 from evalstream.logging import get_logger
 
-__all__ = ["SpendCap", "SpendCapWait", "SpendWindow"]
+__all__ = ["WAIT_SCOPE", "SpendCap", "SpendCapWait", "SpendWindow"]
 
 _log = get_logger(__name__)
 
 # The shortest wait before the window is looked at again: a bucket is due to leave at a
 # time computed in floating point, and a wait of 0 there must not spin.
 _MIN_RECHECK_S = 0.001
+
+#: What a request waiting at a spend cap is waiting for, set by whoever runs it (the
+#: worker: the evaluation's partition), so that :meth:`SpendCap.stop_waiting` can cancel
+#: the waits of a revoked partition only. Tasks an evaluation starts inherit it.
+WAIT_SCOPE: ContextVar[Hashable | None] = ContextVar("evalstream_wait_scope", default=None)
 
 
 class SpendCapWait(Exception):
@@ -135,7 +141,7 @@ class SpendCap:
         self._logged = False
         # The tasks waiting for room, so a stop can cancel them (their evaluations are then
         # left uncommitted and redelivered) rather than wait out the window.
-        self._waiters: set[asyncio.Task[object]] = set()
+        self._waiters: dict[asyncio.Task[object], Hashable | None] = {}
         self._stopping = False
 
     @property
@@ -186,7 +192,7 @@ class SpendCap:
         if self._stopping or task is None:
             raise asyncio.CancelledError
         self._on_refused()
-        self._waiters.add(task)
+        self._waiters[task] = WAIT_SCOPE.get()
         try:
             while self.cap_usd is not None and (spent := self.window.total()) >= self.cap_usd:
                 release = self.window.seconds_until_release()
@@ -197,11 +203,15 @@ class SpendCap:
                                  release_in_s=round(release, 1))
                 await self._sleep(max(release, _MIN_RECHECK_S))
         finally:
-            self._waiters.discard(task)
+            self._waiters.pop(task, None)
 
-    def stop_waiting(self) -> None:
-        """Cancel the requests waiting for room, and any that would start waiting: the
-        worker is stopping, and their evaluations are redelivered rather than waited for."""
-        self._stopping = True
-        for task in list(self._waiters):
-            task.cancel()
+    def stop_waiting(self, scopes: Collection[Hashable] | None = None) -> None:
+        """Cancel the requests waiting for room: the worker is stopping (``scopes`` None:
+        every wait, and any that would start), or giving up the partitions ``scopes`` names
+        (the waits whose :data:`WAIT_SCOPE` is one of them). Their evaluations are
+        redelivered rather than waited for; nothing of them was sent."""
+        if scopes is None:
+            self._stopping = True
+        for task, scope in list(self._waiters.items()):
+            if scopes is None or scope in scopes:
+                task.cancel()
