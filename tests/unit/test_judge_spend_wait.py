@@ -188,13 +188,14 @@ async def test_the_wait_does_not_count_against_the_deadline() -> None:
                               spend_cap_usd=1.0)
         try:
             await judge.judge(question("a"))
-            await judge.judge(question("b"))
+            waited = await judge.judge(question("b"))
         finally:
             await judge.aclose()
     assert len(server.posts) == 2
     assert len(sleep.asked) == 1
     assert sample(metrics, "evalstream_judge_requests_total", judge="gpt",
                   outcome="deadline") == 0
+    assert waited.info.latency_ms < 400  # the 0.5 s wait is not the judge's latency
 
 
 async def test_the_waiting_gauge_shows_requests_held_at_the_cap() -> None:

@@ -196,6 +196,7 @@ class OpenAIJudge(Judge):
                 # deadline: the wait is for budget, not for an unhealthy backend, and its
                 # end is known; the deadline (and the retries) start afresh after it.
                 await self._spend.wait_for_room()
+                start = time.perf_counter()  # the result's latency is the judge's, not the wait
             except TimeoutError:
                 self._metrics.judge_requests.labels(self.name, "deadline").inc()
                 last = f"; last error: {usage.last_error}" if usage.last_error else ""
