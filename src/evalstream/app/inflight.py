@@ -67,7 +67,8 @@ class InFlight:
         """
         if self._slots.locked():
             self.set_paused(True)
-        if timeout_s is None:
+        if timeout_s is None or not self._slots.locked():
+            # A free slot is taken at once: no timeout to arm (the per-evaluation path).
             await self._slots.acquire()
         else:
             # A cancelled Semaphore.acquire gives back a slot it was just handed.
