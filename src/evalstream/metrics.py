@@ -57,7 +57,9 @@ class Metrics:
             "evalstream_events_sampled_total", "Events selected by sampling, per route.",
             ["route"], registry=r)
         self.consumer_lag = Gauge(
-            "evalstream_consumer_lag_messages", "High watermark minus position, per partition.",
+            "evalstream_consumer_lag_messages",
+            "Messages not yet done, per partition: end offset minus the lowest offset whose "
+            "work is incomplete (fetched and waiting, in flight or held count).",
             ["topic", "partition"], registry=r)
         self.paused = Gauge(
             "evalstream_consumer_paused", "1 while intake is paused by backpressure.", registry=r)

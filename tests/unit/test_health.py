@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import pytest
 import structlog
@@ -17,7 +18,7 @@ class LagSource:
         self.assigned: dict[tuple[str, int], int] = {("in", 0): 50_000, ("in", 1): 20}
         self.calls = 0
 
-    async def lag(self) -> dict[tuple[str, int], int]:
+    async def lag(self, unfinished: Any = None) -> dict[tuple[str, int], int]:
         self.calls += 1
         return dict(self.assigned)
 

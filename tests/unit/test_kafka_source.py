@@ -80,3 +80,26 @@ async def test_lag_skips_a_partition_revoked_while_it_was_being_read() -> None:
     lag = await source.lag()
     assert len(lag) == 1
     assert list(lag.values()) == [60]
+
+
+class _Steady(_Rebalancing):
+    """Both partitions stay assigned; position() is 40 on each, and counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.position_calls = 0
+
+    async def position(self, tp: TopicPartition) -> int:
+        self.position_calls += 1
+        return 40
+
+
+async def test_lag_counts_from_the_lowest_unfinished_offset_where_the_worker_knows_it() -> None:
+    # Partition 0: work from offset 25 on is not done (fetched past the position, waiting
+    # for a slot or in flight); partition 1: nothing taken yet, so from the position.
+    source = KafkaSource(KafkaSettings(), ["traces"])
+    consumer = _Steady()
+    source._consumer = consumer  # type: ignore[assignment]
+    lag = await source.lag(lambda tp: 25 if tp == ("traces", 0) else None)
+    assert lag == {("traces", 0): 75, ("traces", 1): 60}
+    assert consumer.position_calls == 1  # only where the worker knows nothing

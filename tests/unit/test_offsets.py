@@ -112,3 +112,25 @@ def test_abandoned_work_is_not_waited_for_and_never_committed_past() -> None:
     assert t.committable() == {TP: 1}  # offset 1 is redelivered, never skipped
     t.track(TP, 2, 0)
     assert t.committable() == {TP: 1}
+
+
+def test_unfinished_is_where_the_work_not_done_starts() -> None:
+    # What the lag gauge counts from: the position is past every fetched message.
+    t = OffsetTracker()
+    assert t.unfinished(TP) is None  # not assigned
+    t.assign([TP])
+    assert t.unfinished(TP) is None  # nothing taken: the source's position tells
+    t.fetched(TP, 10)  # a batch from 10 on, not handled yet (intake waits for a slot)
+    assert t.unfinished(TP) == 10
+    assert t.committable() == {}  # for lag only: nothing is committed for it
+    assert not t.taken(TP)  # nor does it count as taken (``run --until-caught-up``)
+    state = t.track(TP, 10, 1)
+    assert state is not None
+    t.fetched(TP, 30)  # a later batch: handling has started, so tracking tells
+    t.advance(TP, 20)  # 11..19 produced no work
+    assert t.unfinished(TP) == 10  # in flight
+    t.done(state, 10)
+    assert t.unfinished(TP) == 20  # all done up to the last handled
+    t.revoke([TP])
+    t.assign([TP])
+    assert t.unfinished(TP) is None  # fresh state after a reassignment

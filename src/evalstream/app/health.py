@@ -18,7 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
-from evalstream.sources.base import Source
+from evalstream.sources.base import Source, Unfinished
 
 __all__ = ["NO_PARTITIONS", "HealthServer", "watch_connection", "watch_lag", "watch_readiness"]
 
@@ -116,8 +116,15 @@ class HealthServer:
                 await writer.wait_closed()
 
 
-async def watch_lag(source: Source, metrics: Metrics, interval_s: float = 1.0) -> None:
+async def watch_lag(source: Source, metrics: Metrics, interval_s: float = 1.0,
+                    unfinished: Unfinished | None = None) -> None:
     """Refresh the consumer-lag gauges every ``interval_s`` until cancelled.
+
+    The gauge counts the messages not yet done: from ``unfinished(tp)``, the lowest offset
+    whose work is not complete (the worker's ``OffsetTracker.unfinished``), to the end. From
+    the consumer's position it read 0 under backpressure, with messages fetched and waiting
+    for a slot, being evaluated or held in a session window (what an operator alerts and
+    scales on; KEDA, reading committed offsets, saw them).
 
     A partition revoked by a rebalance loses its series: its lag is now reported by the
     replica that took it, and a frozen last value here would double-count in sums and keep
@@ -127,7 +134,7 @@ async def watch_lag(source: Source, metrics: Metrics, interval_s: float = 1.0) -
     while True:
         try:
             current = {(topic, str(partition)): lag
-                       for (topic, partition), lag in (await source.lag()).items()}
+                       for (topic, partition), lag in (await source.lag(unfinished)).items()}
             for labels, lag in current.items():
                 metrics.consumer_lag.labels(*labels).set(lag)
             for labels in exported - current.keys():

@@ -193,6 +193,12 @@ class MessagePath:
         counts = BatchCounts()
         limit, seed = intake.key_limit, intake.key_seed
         sampled_out = intake.sampled_out
+        # Where each partition's records start, for the lag of one nothing was handled on
+        # yet: the source's position is past them, and the loop below may wait for slots
+        # on an earlier partition for as long as a slow judge takes.
+        for tp, group in batch.items():
+            if group:
+                tracker.fetched(tp, group[0].offset)
         # Per partition, in offset order. Messages that produce no work are not tracked one
         # by one: once a partition's records are handled, one ``advance`` covers them all.
         for tp, group in batch.items():

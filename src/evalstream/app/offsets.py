@@ -26,7 +26,7 @@ class PartitionState:
     state: ``done`` ignores states that are no longer current.
     """
 
-    __slots__ = ("committed", "end", "hold", "order", "remaining", "tp")
+    __slots__ = ("committed", "end", "fetched", "hold", "order", "remaining", "tp")
 
     def __init__(self, tp: TP) -> None:
         self.tp = tp
@@ -36,6 +36,8 @@ class PartitionState:
         self.committed: int | None = None
         #: The lowest offset with abandoned work: commits never pass it.
         self.hold: int | None = None
+        #: The first offset taken from the source while nothing was handled yet (lag only).
+        self.fetched: int | None = None
 
     def position(self) -> int | None:
         position = self.order[0] if self.order else self.end
@@ -98,6 +100,31 @@ class OffsetTracker:
         part = self._parts.get(tp)
         if part is not None and (part.end is None or end > part.end):
             part.end = end
+
+    def fetched(self, tp: TP, offset: int) -> None:
+        """Records of ``tp`` from ``offset`` on were taken from the source, not yet handled.
+
+        Noted only while nothing of ``tp`` was handled since it was assigned: from then on
+        ``end`` and the outstanding offsets tell where the unfinished work starts.
+        """
+        part = self._parts.get(tp)
+        if part is not None and part.end is None and part.fetched is None:
+            part.fetched = offset
+
+    def unfinished(self, tp: TP) -> int | None:
+        """The lowest offset of ``tp`` whose work is not complete (what a commit would reach
+        once the work before it is done); None when nothing of ``tp`` was taken since it was
+        assigned, or it is not assigned.
+
+        Messages fetched and waiting for an evaluation slot, evaluated, or held in a session
+        window are at or past it, while the source's position is past all of them: lag
+        counted from here is the work not done (``evalstream_consumer_lag_messages``).
+        """
+        part = self._parts.get(tp)
+        if part is None:
+            return None
+        position = part.position()
+        return part.fetched if position is None else position
 
     def done(self, part: PartitionState, offset: int) -> None:
         """One piece of work of ``offset`` is complete (acknowledged)."""

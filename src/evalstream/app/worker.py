@@ -220,8 +220,8 @@ class Worker:
         background = [
             asyncio.create_task(self.committer.run(self.settings.worker.commit_interval_s),
                                 name="commit"),
-            asyncio.create_task(watch_lag(self.source, self.metrics, _LAG_INTERVAL_S),
-                                name="lag"),
+            asyncio.create_task(watch_lag(self.source, self.metrics, _LAG_INTERVAL_S,
+                                          self.tracker.unfinished), name="lag"),
             asyncio.create_task(watch_connection(self.source, _CONNECTION_CHECK_S),
                                 name="connection"),
             asyncio.create_task(watch_readiness(

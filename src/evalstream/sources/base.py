@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from evalstream.events import Record
 
-__all__ = ["TP", "RebalanceHandler", "Source"]
+__all__ = ["TP", "RebalanceHandler", "Source", "Unfinished"]
 
 #: (topic, partition)
 TP = tuple[str, int]
+
+#: The lowest offset of a partition whose work is not complete, or None where nothing was
+#: taken from it yet (given by the worker, which alone knows: ``OffsetTracker.unfinished``).
+Unfinished = Callable[[TP], int | None]
 
 
 class RebalanceHandler(Protocol):
@@ -65,8 +69,12 @@ class Source(Protocol):
         """
         ...
 
-    async def lag(self) -> dict[TP, int]:
-        """Messages behind the high watermark per assigned partition (where known)."""
+    async def lag(self, unfinished: Unfinished | None = None) -> dict[TP, int]:
+        """Messages not yet done per assigned partition whose end offset is known: the end
+        minus ``unfinished(tp)``, or minus the position where that is None (or not given).
+
+        Counted from the position, messages fetched and not yet evaluated would not count.
+        """
         ...
 
     async def end_offsets(self, tps: Sequence[TP]) -> dict[TP, int]:

@@ -2,7 +2,8 @@
 
 Auto-commit is off: the worker commits per partition only what is complete
 (``app/offsets.py``).
-Lag comes from ``highwater`` (taken from fetch responses); only paused partitions, which
+Lag runs from the worker's lowest unfinished offset (else the position) to ``highwater``
+(taken from fetch responses); only paused partitions, which
 fetch nothing, also ask for ``end_offsets``, which the Tansu broker answers with the last
 batch's base offset + 1 (short of the end), so the larger of the two counts.
 """
@@ -30,7 +31,7 @@ from evalstream.config.kafka import REFUSED_OPTION, build_client, refused_option
 from evalstream.errors import SourceError
 from evalstream.events import Record
 from evalstream.logging import get_logger
-from evalstream.sources.base import TP, RebalanceHandler
+from evalstream.sources.base import TP, RebalanceHandler, Unfinished
 from evalstream.sources.kafka_start import start_positions
 
 __all__ = ["KafkaSource"]
@@ -259,8 +260,16 @@ class KafkaSource:
         except KafkaError as exc:
             raise SourceError(f"offset commit failed: {exc}") from exc
 
-    async def lag(self) -> dict[TP, int]:
-        """High watermark minus position for assigned partitions whose watermark is known."""
+    async def lag(self, unfinished: Unfinished | None = None) -> dict[TP, int]:
+        """Messages not yet done per assigned partition whose end offset is known.
+
+        Args:
+            unfinished: The lowest offset of a partition whose work is not complete (None
+                where nothing was taken yet): under backpressure up to ``max_poll_records``
+                fetched messages wait for a slot past the position, and every evaluation in
+                flight or held is behind it too. Without it (or where it gives None), the
+                end offset minus the consumer's position.
+        """
         consumer = self._consumer
         if consumer is None:
             return {}
@@ -282,11 +291,14 @@ class KafkaSource:
             if not known:
                 continue
             high = max(known)
-            try:
-                position = await consumer.position(tp)
-            except KafkaError:  # IllegalStateError included: revoked during the await
-                continue
-            out[(tp.topic, tp.partition)] = max(0, high - position)
+            key = (tp.topic, tp.partition)
+            start = unfinished(key) if unfinished is not None else None
+            if start is None:
+                try:
+                    start = await consumer.position(tp)
+                except KafkaError:  # IllegalStateError included: revoked during the await
+                    continue
+            out[key] = max(0, high - start)
         return out
 
     async def end_offsets(self, tps: Sequence[TP]) -> dict[TP, int]:

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 
 from evalstream.events import RawRecord, Record
-from evalstream.sources.base import TP, RebalanceHandler
+from evalstream.sources.base import TP, RebalanceHandler, Unfinished
 
 __all__ = ["MemorySource"]
 
@@ -100,9 +100,15 @@ class MemorySource:
         self.commits.append(dict(offsets))
         self.committed.update(offsets)
 
-    async def lag(self) -> dict[TP, int]:
-        """Records not yet handed out, per partition."""
-        return {tp: len(q) - self._positions[tp] for tp, q in self._queues.items()}
+    async def lag(self, unfinished: Unfinished | None = None) -> dict[TP, int]:
+        """Offsets from ``unfinished(tp)`` (else from the position) to the end, per partition."""
+        tps = sorted(self._queues)
+        ends, positions = await self.end_offsets(tps), await self.positions(tps)
+        out: dict[TP, int] = {}
+        for tp in tps:
+            start = unfinished(tp) if unfinished is not None else None
+            out[tp] = max(0, ends[tp] - (positions[tp] if start is None else start))
+        return out
 
     async def end_offsets(self, tps: Sequence[TP]) -> dict[TP, int]:
         """One past each partition's last record (0 when empty)."""
