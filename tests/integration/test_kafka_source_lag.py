@@ -40,12 +40,17 @@ async def test_lag_of_a_paused_partition_grows_with_the_backlog(broker: Broker) 
             while seen < 5:
                 seen += sum(len(r) for r in (await source.poll(0.5, 100)).values())
         assert await source.lag() == {(topic, 0): 0}
+        # All five fetched, from offset 2 on not done (waiting for a slot, in flight): the
+        # worker's lowest unfinished offset counts, the position only where it has none.
+        assert await source.lag(lambda tp: 2) == {(topic, 0): 3}
+        assert await source.lag(lambda tp: None) == {(topic, 0): 0}
 
         source.pause()  # every evaluation slot taken
         for _ in range(3):  # one record per batch: Tansu's end offset is exact then
             await produce(broker.bootstrap, topic, [b"{}"])
         await source.poll(0.3, 100)  # the consumer keeps polling while paused
         assert await source.lag() == {(topic, 0): 3}
+        assert await source.lag(lambda tp: 2) == {(topic, 0): 6}  # the end offset counts
 
         source.resume()
         async with asyncio.timeout(20):
