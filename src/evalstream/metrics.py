@@ -196,6 +196,50 @@ class Metrics:
             "neither true nor false).",
             ["reason"], registry=r)
 
+        # --- human labels joined with results (``evalstream join-labels``) ---------------
+        # The canary sums again, for results compared with a human label: separate series,
+        # so the canary rules and alert keep meaning "gold events", and a support team's
+        # labels (chosen, not sampled) never mix into them.
+        self.labels_evaluations = Counter(
+            "evalstream_labels_evaluations_total",
+            "Results joined with a human label, by outcome (agreed, disagreed with the label; "
+            "invalid_gold, unscored, error).",
+            ["route", "evaluator", "judge", "outcome"], registry=r)
+        self.labels_brier = Counter(
+            "evalstream_labels_brier_total",
+            "Sum of the Brier scores of results compared with their human label.",
+            ["route", "evaluator", "judge"], registry=r)
+        self.labels_bin_results = Counter(
+            "evalstream_labels_calibration_results_total",
+            "Results compared with a human label per confidence bin (bin = lower edge of a "
+            "0.1-wide bin of the confidence in the predicted class).",
+            ["route", "evaluator", "judge", "bin"], registry=r)
+        self.labels_bin_confidence = Counter(
+            "evalstream_labels_calibration_confidence_total",
+            "Sum of the confidence in the predicted class of results compared with a human "
+            "label, per confidence bin.",
+            ["route", "evaluator", "judge", "bin"], registry=r)
+        self.labels_bin_correct = Counter(
+            "evalstream_labels_calibration_correct_total",
+            "Results whose prediction matched their human label, per confidence bin.",
+            ["route", "evaluator", "judge", "bin"], registry=r)
+        self.labels_ignored = Counter(
+            "evalstream_labels_ignored_total",
+            "Messages the label joiner did not use, by kind (label, result) and reason "
+            "(undecodable; unknown_evaluator: a result of a route/evaluator not in the "
+            "config; duplicate: a second label for a result, or a result read again).",
+            ["kind", "reason"], registry=r)
+        self.labels_unmatched = Counter(
+            "evalstream_labels_unmatched_total",
+            "Labels and results dropped before they met their other half, by kind (label, "
+            "result) and reason (expired: older than labels.retention_s; evicted: the store "
+            "was full; revoked: the partition went to another joiner).",
+            ["kind", "reason"], registry=r)
+        self.labels_pending = Gauge(
+            "evalstream_labels_pending",
+            "Labels and results held by the label joiner waiting for their other half.",
+            ["kind"], registry=r)
+
         # --- live pass rates and drift --------------------------------------------------
         self.pass_rate = Gauge(
             "evalstream_pass_rate", "Weighted pass rate over a sliding window (NaN: too few).",

@@ -25,6 +25,7 @@ from evalstream.config import (
     CanarySettings,
     InputTopic,
     JudgeConfig,
+    LabelSettings,
     LoggingSettings,
     ResultSettings,
     ServerSettings,
@@ -171,6 +172,7 @@ def test_commented_examples_are_valid_settings() -> None:
     ("kafka", KafkaSettings), ("topics", TopicSettings), ("sampling", SamplingSettings),
     ("worker", WorkerSettings), ("server", ServerSettings), ("drift", DriftSettings),
     ("results", ResultSettings), ("logging", LoggingSettings), ("canaries", CanarySettings),
+    ("labels", LabelSettings),
 ])
 def test_example_values_are_the_defaults(section: str, model: type[BaseModel]) -> None:
     # The file as shipped (nothing uncommented): a user reads its values as the defaults.

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
+
+from prometheus_client import Counter
 
 from evalstream.events import CANARY_ATTRIBUTE, GOLD_ATTRIBUTE_PREFIX, EvalResult
 from evalstream.metrics import Metrics
@@ -30,10 +32,12 @@ __all__ = [
     "Calibration",
     "CanaryGold",
     "Comparison",
+    "Series",
     "canary_marker",
     "compare",
     "confidence_bin",
     "gold_keys",
+    "parse_gold",
     "read_gold",
 ]
 
@@ -140,6 +144,13 @@ def read_gold(attributes: Mapping[str, str], evaluator: str, *, is_label: bool,
     raw = attributes.get(GOLD_ATTRIBUTE_PREFIX + evaluator)
     if raw is None:
         return CanaryGold(None, "no_gold")
+    return parse_gold(raw, is_label=is_label, labels=labels)
+
+
+def parse_gold(raw: str, *, is_label: bool, labels: tuple[str, ...] = ()) -> CanaryGold:
+    """A gold answer as given (a canary's attribute, a human label) read for an evaluator:
+    ``"true"``/``"false"`` (any case) for a binary one, a short class (of ``labels`` when
+    that is not empty) for a label one; else ``invalid_gold``."""
     value = raw.strip()
     if not is_label:
         binary = _BINARY.get(value.lower())
@@ -149,21 +160,45 @@ def read_gold(attributes: Mapping[str, str], evaluator: str, *, is_label: bool,
     return CanaryGold(value)
 
 
+class Series(NamedTuple):
+    """The counters one kind of gold answer is counted in (canaries, human labels)."""
+
+    evaluations: Counter
+    brier: Counter
+    bin_results: Counter
+    bin_confidence: Counter
+    bin_correct: Counter
+
+    @classmethod
+    def canaries(cls, m: Metrics) -> Series:
+        """``evalstream_canary_*``."""
+        return cls(m.canary_evaluations, m.canary_brier, m.canary_bin_results,
+                   m.canary_bin_confidence, m.canary_bin_correct)
+
+    @classmethod
+    def human_labels(cls, m: Metrics) -> Series:
+        """``evalstream_labels_*`` (``evalstream join-labels``)."""
+        return cls(m.labels_evaluations, m.labels_brier, m.labels_bin_results,
+                   m.labels_bin_confidence, m.labels_bin_correct)
+
+
 class Calibration:
-    """Counts canary results into ``evalstream_canary_*``.
+    """Counts results compared with gold answers into ``evalstream_canary_*`` (or the
+    ``series`` given: human labels use the same sums under ``evalstream_labels_*``).
 
     Canaries are few, so metric children are looked up per result rather than bound ahead.
     Label values are the route, the evaluator's name and its configured judge's name, all
     from the configuration.
     """
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, series: Series | None = None) -> None:
         self._m = metrics
+        self._s = series if series is not None else Series.canaries(metrics)
 
     def record(self, route: str, evaluator: str, judge: str, gold: CanaryGold,
                result: EvalResult) -> Comparison | None:
-        """Count one durable canary result; returns its comparison, if it had one."""
-        m = self._m
+        """Count one durable result with its gold answer; returns its comparison, if any."""
+        m = self._s
         labels = (route, evaluator, judge)
         comparison = None
         if result.status == "error":
@@ -177,13 +212,13 @@ class Calibration:
             else:
                 outcome = "agreed" if comparison.correct else "disagreed"
                 b = BIN_LABELS[confidence_bin(comparison.confidence)]
-                m.canary_brier.labels(*labels).inc(comparison.brier)
+                m.brier.labels(*labels).inc(comparison.brier)
                 # All three per bin, even at 0: ECE subtracts them bin by bin in PromQL,
                 # where a missing series would drop the bin.
-                m.canary_bin_results.labels(*labels, b).inc()
-                m.canary_bin_confidence.labels(*labels, b).inc(comparison.confidence)
-                m.canary_bin_correct.labels(*labels, b).inc(int(comparison.correct))
-        m.canary_evaluations.labels(*labels, outcome).inc()
+                m.bin_results.labels(*labels, b).inc()
+                m.bin_confidence.labels(*labels, b).inc(comparison.confidence)
+                m.bin_correct.labels(*labels, b).inc(int(comparison.correct))
+        m.evaluations.labels(*labels, outcome).inc()
         return comparison
 
     def skipped(self, route: str, evaluator: str, judge: str) -> None:

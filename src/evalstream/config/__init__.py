@@ -31,6 +31,7 @@ from evalstream.config.routes import (
 )
 from evalstream.config.settings import (
     CanarySettings,
+    LabelSettings,
     LoggingSettings,
     ResultSettings,
     ServerSettings,
@@ -48,6 +49,7 @@ __all__ = [
     "InputTopic",
     "JudgeConfig",
     "KafkaSettings",
+    "LabelSettings",
     "LoggingSettings",
     "MatchRule",
     "OpenAIJudgeConfig",

@@ -17,10 +17,11 @@ from evalstream.config.judges import CascadeJudgeConfig, JudgeConfig, longest_ca
 from evalstream.config.kafka import KafkaSettings
 from evalstream.config.routes import EvaluatorSpec, Route, SamplingSettings
 from evalstream.config.section import Section
-from evalstream.config.topics import InputTopic, TopicSettings
+from evalstream.config.topics import InputTopic, TopicName, TopicSettings
 
 __all__ = [
     "CanarySettings",
+    "LabelSettings",
     "LoggingSettings",
     "ResultSettings",
     "ServerSettings",
@@ -75,6 +76,24 @@ class CanarySettings(Section):
     enabled: bool = True
 
 
+class LabelSettings(Section):
+    """``evalstream join-labels``: human labels from a topic joined with published results."""
+
+    #: The topic human labels are published to (JSON ``{"result_id", "gold"}``), keyed and
+    #: partitioned like the results topic when several joiners run (README, "Human labels").
+    topic: TopicName = "evalstream.labels"
+    #: The joiner's consumer group; empty: ``<kafka.group_id>.labels``. Never the workers'
+    #: group: joining it would take their input partitions.
+    group_id: str = ""
+    #: How long a result waits for its label, and a label for its result (seconds since it
+    #: was read); a label later than this finds nothing and counts as expired.
+    retention_s: float = Field(default=3600.0, gt=0)
+    #: The most results held (memory: a few hundred bytes each); the oldest go first.
+    max_results: int = Field(default=100_000, ge=1)
+    #: The most labels held waiting for their result; the oldest go first.
+    max_labels: int = Field(default=10_000, ge=1)
+
+
 class ServerSettings(Section):
     """The HTTP server for /metrics, /healthz and /readyz."""
 
@@ -119,6 +138,7 @@ class Settings(BaseSettings):
     drift: DriftSettings = Field(default_factory=DriftSettings)
     results: ResultSettings = Field(default_factory=ResultSettings)
     canaries: CanarySettings = Field(default_factory=CanarySettings)
+    labels: LabelSettings = Field(default_factory=LabelSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     #: Python modules imported at start-up, before evaluators are built, so that they can
     #: register user-defined evaluators (``@evalstream.evaluators.register``).
@@ -185,6 +205,25 @@ class Settings(BaseSettings):
                 raise ValueError(f"topics.{field}: {topic!r} is also an input topic (under "
                                  f"`inputs`): the worker would consume its own output, in a "
                                  f"loop; give it a topic of its own")
+        return self
+
+    @model_validator(mode="after")
+    def _labels_topic_and_group_are_their_own(self) -> Settings:
+        # The joiner reads the results and labels topics in one group: a labels topic that
+        # is the results topic would read each result as a (bad) label, one that is an input
+        # would feed labels to the workers as traces, and the workers' group would hand the
+        # joiner their input partitions.
+        taken = [("topics.results", self.topics.results),
+                 ("topics.dead_letter", self.topics.dead_letter),
+                 ("topics.alerts", self.topics.alerts),
+                 *(("an input topic", i.topic) for i in self.inputs)]
+        for field, topic in taken:
+            if topic == self.labels.topic:
+                raise ValueError(f"labels.topic: {topic!r} is also {field}; human labels "
+                                 f"need a topic of their own")
+        if self.labels.group_id == self.kafka.group_id:
+            raise ValueError(f"labels.group_id: {self.kafka.group_id!r} is the workers' group "
+                             f"(kafka.group_id); the joiner needs a group of its own")
         return self
 
     @model_validator(mode="after")
