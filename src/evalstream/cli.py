@@ -1,9 +1,11 @@
-"""The command line: ``evalstream run | check-config | list-evaluators | eval | demo``.
+"""The command line: ``evalstream run | check-config | list-evaluators | eval | demo |
+join-labels``.
 
 Every configuration problem (unreadable or unparseable YAML, unknown key, wrong type,
 missing field, unknown evaluator, bad evaluator params) exits with code 2 and a message
 naming the field, before anything connects. ``eval`` and ``demo`` are implemented in
-``evalstream.app.offline`` and ``evalstream.app.demo`` and imported only when used.
+``evalstream.app.offline``, ``evalstream.app.demo`` and ``evalstream.app.labels_job`` and
+imported only when used.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ EXIT_CONFIG = 2
 _DELEGATED = {
     "eval": ("evalstream.app.offline", "score a JSONL file of events with the configured routes"),
     "demo": ("evalstream.app.demo", "run a local broker, sample traffic and the worker"),
+    "join-labels": ("evalstream.app.labels_job",
+                    "join human labels from labels.topic with the results; calibration metrics"),
 }
 
 
