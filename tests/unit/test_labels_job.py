@@ -1,0 +1,155 @@
+"""``evalstream join-labels`` on in-memory Kafka: what it commits (only what no longer
+waits), what a rewind reads again, dead letters, the stop, and config errors (exit 2)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from evalstream.app.labels_job import INVALID_LABEL, LabelJoiner
+from evalstream.cli import EXIT_CONFIG, main
+from evalstream.config import load_settings
+from evalstream.events import EvalResult, RawRecord, dump_json
+from evalstream.sinks.memory import MemorySink
+from evalstream.sources.memory import MemorySource
+from tests.unit.test_cli import bootstrap, listener, nobody_connected
+
+__all__ = ["listener"]  # the fixture, used by name
+
+RES, LAB = "evalstream.results", "evalstream.labels"
+
+
+def result(rid: str, *, route: str = "default", passed: bool = True) -> bytes:
+    return dump_json(EvalResult(result_id=rid, event_id=rid, trace_id=rid, route=route,
+                                evaluator="refusal", passed=passed, score=0.9 if passed else 0.1,
+                                reason="why").model_dump(mode="json"))
+
+
+def label(rid: str, gold: str = "true") -> bytes:
+    return dump_json({"result_id": rid, "gold": gold})
+
+
+class Job:
+    def __init__(self, results: list[bytes], labels: list[bytes]) -> None:
+        records = [RawRecord(RES, 0, i, v) for i, v in enumerate(results)]
+        records += [RawRecord(LAB, 0, i, v) for i, v in enumerate(labels)]
+        self.source = MemorySource(records)
+        self.sink = MemorySink()
+        self.registry = CollectorRegistry()
+        settings = load_settings(None, server={"host": "127.0.0.1", "port": 0},
+                                 labels={"retention_s": 60})
+        self.joiner = LabelJoiner(settings, registry=self.registry, source=self.source,
+                                  sink=self.sink)
+
+    async def read(self, now: float = 0.0) -> None:
+        while batch := await self.source.poll(0.0, 100):
+            for tp, records in batch.items():
+                for record in records:
+                    await self.joiner.take(tp, record, now)
+
+    def v(self, name: str, **labels: str) -> float:
+        return self.registry.get_sample_value(name, labels) or 0.0
+
+    def agreed(self) -> float:
+        return self.v("evalstream_labels_evaluations_total", route="default",
+                      evaluator="refusal", judge="builtin", outcome="agreed")
+
+
+async def test_commits_stop_at_the_oldest_entry_still_waiting() -> None:
+    job = Job([result("r0"), result("r1"), result("x", route="gone"), b"not json"],
+              [label("r1"), label("later"), b"{", label("r1")])
+    await job.source.start(job.joiner)
+    await job.read()
+    await job.joiner.committer.commit()
+    # r0 waits for a label; "later" waits for its result: nothing past them is committed.
+    assert job.source.committed == {(RES, 0): 0, (LAB, 0): 1}
+    assert job.agreed() == 1
+    assert job.v("evalstream_labels_ignored_total", kind="result",
+                 reason="unknown_evaluator") == 1
+    assert job.v("evalstream_labels_ignored_total", kind="result", reason="undecodable") == 1
+    assert job.v("evalstream_labels_ignored_total", kind="label", reason="undecodable") == 1
+    assert job.v("evalstream_labels_ignored_total", kind="label", reason="duplicate") == 1
+    assert [(d.record.value, d.reason) for d in job.sink.dead_letters] == [
+        (b"{", INVALID_LABEL)]
+    assert job.v("evalstream_dead_letters_total", reason=INVALID_LABEL) == 1
+    # Once they expire, nothing waits: committed to the ends.
+    job.joiner.store.expire(61.0)
+    await job.joiner.committer.commit()
+    assert job.source.committed == {(RES, 0): 4, (LAB, 0): 4}
+    assert job.v("evalstream_labels_unmatched_total", kind="result", reason="expired") == 1
+    assert job.v("evalstream_labels_unmatched_total", kind="label", reason="expired") == 1
+
+
+async def test_a_rewind_reads_what_waited_without_counting_a_match_again() -> None:
+    # r1 matched (label after result); r0 waits, so the results commit stays at 0 and r1 is
+    # read again after the rewind; its label was committed, so it is not: no second count.
+    job = Job([result("r0"), result("r1")], [label("r1")])
+    await job.source.start(job.joiner)
+    await job.read()
+    tps = [(RES, 0), (LAB, 0)]
+    await job.source.revoke(tps)
+    assert job.source.committed == {(RES, 0): 0, (LAB, 0): 1}
+    assert job.v("evalstream_labels_unmatched_total", kind="result", reason="revoked") == 1
+    assert job.joiner.store.waiting() == {"result": 0, "label": 0}
+    await job.joiner.on_assigned(tps)
+    await job.read()
+    assert job.agreed() == 1
+    assert job.joiner.store.waiting() == {"result": 2, "label": 0}
+
+
+async def test_a_rewind_counts_again_a_pair_that_lay_behind_waiting_entries() -> None:
+    # The documented at-least-once case: both halves of a match behind an entry still
+    # waiting on their partitions are read again, and meet again.
+    job = Job([result("r0"), result("r1")], [label("early"), label("r1")])
+    await job.source.start(job.joiner)
+    await job.read()
+    tps = [(RES, 0), (LAB, 0)]
+    await job.source.revoke(tps)
+    await job.joiner.on_assigned(tps)
+    await job.read()
+    assert job.agreed() == 2
+
+
+async def test_run_serves_and_stops_cleanly_with_a_final_commit() -> None:
+    job = Job([result("r0")], [label("r0"), b"bad"])
+    ready = asyncio.Event()
+    task = asyncio.create_task(job.joiner.run(ready))
+    await asyncio.wait_for(ready.wait(), 5)
+    for _ in range(100):
+        if job.agreed() == 1:
+            break
+        await asyncio.sleep(0.02)
+    assert job.agreed() == 1
+    assert job.v("evalstream_ready") == 1
+    job.joiner.request_stop()
+    assert await asyncio.wait_for(task, 10) == 0
+    assert job.source.committed == {(RES, 0): 1, (LAB, 0): 2}
+    assert job.v("evalstream_ready") == 0
+
+
+BAD = {
+    "labels topic is the results topic": ("labels: {{topic: evalstream.results}}\n",
+                                          "labels.topic"),
+    "the workers' group": ("labels: {{group_id: evalstream}}\n", "labels.group_id"),
+    "negative retention": ("labels: {{retention_s: -1}}\n", "labels.retention_s"),
+    "unknown key": ("labels: {{topics: x}}\n", "labels.topics"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_config_exits_2_naming_the_field(case: str, tmp_path: Path,
+                                             listener: socket.socket,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    text, needle = BAD[case]
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"kafka:\n  bootstrap_servers: {bootstrap(listener)}\n"
+                    + text.format(), encoding="utf-8")
+    assert main(["join-labels", "--config", str(path)]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "configuration error" in err
+    assert needle in err, err
+    assert nobody_connected(listener)
