@@ -173,7 +173,7 @@ def test_invalid_gold_error_results_and_unscored_are_outcomes() -> None:
     s.join.add_label(HumanLabel("e", "true"), P0, "le", now=0.0)
     unscored = EvalResult(result_id="u", event_id="u", trace_id="u", route="r",
                           evaluator="refusal")
-    s.join.add_result(HeldResult("r", "refusal", "builtin", False, unscored), P1, "ru",
+    s.join.add_result(HeldResult("r", "refusal", "builtin", False, slim(unscored)), P1, "ru",
                       now=0.0)
     s.join.add_label(HumanLabel("u", "true"), P0, "lu", now=0.0)
     assert (s.outcome("invalid_gold"), s.outcome("error"), s.outcome("unscored")) == (1, 1, 1)
@@ -213,6 +213,13 @@ def test_label_messages_are_parsed_without_raising(data: bytes | None,
 
 
 def test_slim_keeps_what_the_comparison_reads() -> None:
-    full = binary("a").result
-    assert (full.reason, full.details) == (None, {})
-    assert compare(full, True) is not None
+    full = EvalResult(result_id="t", event_id="t", trace_id="t", route="r", evaluator="topic",
+                      label="billing", probabilities={"billing": 0.6, "shipping": 0.4},
+                      reason="long", details={"k": "v"})
+    held = slim(full)
+    assert not hasattr(held, "reason")
+    for gold in ("billing", "shipping"):
+        assert compare(held, gold) == compare(full, gold)
+    binary_full = EvalResult(result_id="b", event_id="b", trace_id="b", route="r",
+                             evaluator="refusal", passed=False, score=0.3)
+    assert compare(slim(binary_full), True) == compare(binary_full, True)

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, Protocol
 
 from prometheus_client import Counter
 
-from evalstream.events import CANARY_ATTRIBUTE, GOLD_ATTRIBUTE_PREFIX, EvalResult
+from evalstream.events import CANARY_ATTRIBUTE, GOLD_ATTRIBUTE_PREFIX
 from evalstream.metrics import Metrics
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "Calibration",
     "CanaryGold",
     "Comparison",
+    "Forecast",
     "Series",
     "canary_marker",
     "compare",
@@ -69,7 +70,36 @@ class Comparison:
         return self.gold == self.predicted
 
 
-def compare(result: EvalResult, gold: bool | str) -> Comparison | None:
+class Forecast(Protocol):
+    """What a comparison reads of a result (an :class:`EvalResult` is one)."""
+
+    @property
+    def status(self) -> str:
+        """``ok`` or ``error``."""
+        ...
+
+    @property
+    def passed(self) -> bool | None:
+        """Binary evaluators: the verdict."""
+        ...
+
+    @property
+    def score(self) -> float | None:
+        """Binary evaluators: the probability of passing."""
+        ...
+
+    @property
+    def label(self) -> str | None:
+        """Label evaluators: the predicted class."""
+        ...
+
+    @property
+    def probabilities(self) -> Mapping[str, float]:
+        """Label evaluators: the probability of each class."""
+        ...
+
+
+def compare(result: Forecast, gold: bool | str) -> Comparison | None:
     """Compare an ok result with a gold answer, or None when it gives nothing to compare.
 
     Binary (``gold`` a bool): needs ``passed``; the forecast is ``score`` = p(pass) (or
@@ -196,7 +226,7 @@ class Calibration:
         self._s = series if series is not None else Series.canaries(metrics)
 
     def record(self, route: str, evaluator: str, judge: str, gold: CanaryGold,
-               result: EvalResult) -> Comparison | None:
+               result: Forecast) -> Comparison | None:
         """Count one durable result with its gold answer; returns its comparison, if any."""
         m = self._s
         labels = (route, evaluator, judge)

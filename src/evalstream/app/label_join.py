@@ -18,23 +18,21 @@ A matched result is kept (until it expires or is evicted) only to recognise thes
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 from evalstream.app.calibration import Calibration, Comparison, Series, parse_gold
 from evalstream.events import EvalResult, load_json
 from evalstream.metrics import Metrics
 
-__all__ = ["HeldResult", "HumanLabel", "JoinStore", "parse_label", "slim"]
+__all__ = ["HeldResult", "HumanLabel", "JoinStore", "Slim", "parse_label", "slim"]
 
 T = TypeVar("T")
 
 #: Longer result ids are not ours (``stable_hash`` gives 32 hex digits): refused as input.
 _MAX_ID_CHARS = 128
-#: The fields ``compare`` reads; everything else of a held result is dropped (memory).
-_KEPT = ("result_id", "event_id", "trace_id", "route", "evaluator", "score", "label",
-         "passed", "probabilities", "status")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,10 +67,27 @@ def parse_label(data: bytes | None) -> HumanLabel | None:
     return HumanLabel(result_id, gold)
 
 
-def slim(result: EvalResult) -> EvalResult:
-    """``result`` with only what the comparison needs (reasons, details and attributes can
-    be kilobytes; a store holds up to ``labels.max_results`` of them)."""
-    return EvalResult.model_construct(**{k: getattr(result, k) for k in _KEPT})
+@dataclass(frozen=True, slots=True)
+class Slim:
+    """What the comparison reads of a held result (a :class:`Forecast`), nothing more:
+    reasons, details and attributes can be kilobytes, and a store holds up to
+    ``labels.max_results`` results."""
+
+    result_id: str
+    status: str
+    passed: bool | None
+    score: float | None
+    label: str | None
+    probabilities: Mapping[str, float]
+
+
+_NONE: Mapping[str, float] = MappingProxyType({})
+
+
+def slim(result: EvalResult) -> Slim:
+    """``result`` as the store holds it."""
+    return Slim(result.result_id, result.status, result.passed, result.score, result.label,
+                result.probabilities or _NONE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +100,7 @@ class HeldResult:
     judge: str
     #: A label evaluator: gold is a class, else ``true``/``false``.
     is_label: bool
-    result: EvalResult
+    result: Slim
 
 
 @dataclass(slots=True)
