@@ -1,0 +1,115 @@
+"""``evalstream join-labels`` as a real process: it serves its metrics, SIGTERM stops it
+(exit 0) with what waits left uncommitted, and a restart reads that again, counting each
+pair once."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from evalstream.events import EvalResult, dump_json
+from tests.integration.workerkit import (
+    REPO,
+    Topics,
+    committed,
+    config_dict,
+    scrape,
+    wait_for,
+    write_config,
+)
+from tests.support.broker import Broker, free_port
+from tests.support.kafka import create_topics, produce, unique
+
+pytestmark = pytest.mark.integration
+
+
+def result(rid: str) -> bytes:
+    return dump_json(EvalResult(result_id=rid, event_id=rid, trace_id=rid, route="default",
+                                evaluator="refusal", passed=True, score=0.9
+                                ).model_dump(mode="json"))
+
+
+def label(rid: str) -> bytes:
+    return dump_json({"result_id": rid, "gold": "true"})
+
+
+def spawn(config: Path, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    return subprocess.Popen(
+        [sys.executable, "-m", "evalstream", "join-labels", "--config", str(config)],
+        env=env, stdout=subprocess.DEVNULL, stderr=log.open("ab"), cwd=REPO)
+
+
+async def stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> tuple[int, float]:
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    while proc.poll() is None:
+        if time.monotonic() - started > timeout:
+            proc.kill()
+            raise AssertionError(f"join-labels did not exit within {timeout}s")
+        await asyncio.sleep(0.05)
+    return proc.returncode, time.monotonic() - started
+
+
+async def test_sigterm_then_restart_reads_what_waited(broker: Broker, tmp_path: Path) -> None:
+    topics = Topics.fresh("labelproc")
+    await topics.create(broker.bootstrap, partitions=1)
+    labels_topic = unique("labelproc-lab")
+    await create_topics(broker.bootstrap, [labels_topic], partitions=1)
+    port = free_port()
+    data = config_dict(broker.bootstrap, topics, labels={"topic": labels_topic},
+                       server={"host": "127.0.0.1", "port": port})
+    config = write_config(tmp_path / "config.yaml", data)
+    group = f"{topics.group}.labels"
+    log = tmp_path / "joiner.log"
+    agreed = ("evalstream_labels_evaluations_total", {"outcome": "agreed"})
+    # r0 is labelled; r1 waits for a label, "later" for its result.
+    await produce(broker.bootstrap, topics.results, [result("r0"), result("r1")])
+    await produce(broker.bootstrap, labels_topic, [label("r0"), label("later")])
+
+    proc = spawn(config, log)
+    try:
+        await wait_for(lambda: asyncio.to_thread(scrape, port, *agreed), timeout=30,
+                       what="the first pair counted")
+        ready = await asyncio.to_thread(httpx.get, f"http://127.0.0.1:{port}/readyz")
+        assert ready.status_code == 200
+        assert await asyncio.to_thread(scrape, port, "evalstream_labels_pending",
+                                       {"kind": "label"}) == 1
+        code, took = await stop(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    assert code == 0, text[-2000:]
+    assert took < 10
+    assert "label_joiner_stopped" in text
+    # Committed up to what waited: r1 (results offset 1) and "later" (labels offset 1).
+    assert await committed(broker.bootstrap, group, topics.results, 1) == {0: 1}
+    assert await committed(broker.bootstrap, group, labels_topic, 1) == {0: 1}
+
+    # Restarted: r1 and "later" are read again and wait again; r0's pair is not recounted.
+    proc = spawn(config, log)
+    try:
+        async def waiting_again() -> bool:
+            pending = [await asyncio.to_thread(scrape, port, "evalstream_labels_pending",
+                                               {"kind": kind}) for kind in ("label", "result")]
+            return pending == [1, 1]
+        await wait_for(waiting_again, timeout=30, what="the waiting entries read again")
+        assert await asyncio.to_thread(scrape, port, *agreed) in (None, 0.0)
+        await produce(broker.bootstrap, topics.results, [result("later")])
+        await wait_for(lambda: asyncio.to_thread(scrape, port, *agreed), timeout=20,
+                       what="the early label joined after the restart")
+        code, _ = await stop(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0
+    assert await committed(broker.bootstrap, group, labels_topic, 1) == {0: 2}
