@@ -210,6 +210,33 @@ def build() -> dict[str, object]:
            f"(rate(evalstream_canary_evaluations_total{{{SEL}}}[{RATE}]))",
            "{{route}} / {{evaluator}} ({{judge}}) {{outcome}}"), width=8))
 
+    board = board.with_row(dash.Row("Judge calibration (human labels)"))
+    board = board.with_panel(_ts(
+        "Agreement with human labels (1d)",
+        "Share of results joined with a human label (evalstream join-labels) whose "
+        "prediction matched it over the last day.", "percentunit",
+        _q(f"route_evaluator_judge:evalstream_labels_agreement:ratio1d{{{SEL}}}",
+           "{{route}} / {{evaluator}} ({{judge}})"), width=8, lo=0, hi=1))
+    board = board.with_panel(_ts(
+        "Brier score and ECE against human labels (1d)",
+        "Mean Brier score and expected calibration error (10 confidence bins) of the "
+        "judge against human labels (lower is better for both).", "short",
+        _q(f"route_evaluator_judge:evalstream_labels_brier:mean1d{{{SEL}}}",
+           "Brier {{route}} / {{evaluator}} ({{judge}})", "A"),
+        _q(f"route_evaluator_judge:evalstream_labels_ece:ratio1d{{{SEL}}}",
+           "ECE {{route}} / {{evaluator}} ({{judge}})", "B"),
+        width=8, lo=0))
+    board = board.with_panel(_ts(
+        "Human labels joined and lost",
+        "Labels compared with their result by outcome, and labels dropped before their "
+        "result came (expired, evicted, revoked: see labels.retention_s and max_results).",
+        "ops",
+        _q(f"sum by (route, evaluator, judge, outcome) "
+           f"(rate(evalstream_labels_evaluations_total{{{SEL}}}[{RATE}]))",
+           "{{route}} / {{evaluator}} ({{judge}}) {{outcome}}", "A"),
+        _q(f"sum by (reason) (rate(evalstream_labels_unmatched_total{{kind=\"label\"}}"
+           f"[{RATE}]))", "labels {{reason}}", "B"), width=8))
+
     board = board.with_row(dash.Row("Pipeline health"))
     board = board.with_panel(_ts(
         "Consumer lag (messages)", "High watermark minus position, summed per topic.", "short",
