@@ -8,6 +8,7 @@ import socket
 from pathlib import Path
 
 import pytest
+import structlog
 from prometheus_client import CollectorRegistry
 
 from evalstream.app.labels_job import INVALID_LABEL, LabelJoiner
@@ -153,3 +154,16 @@ def test_bad_config_exits_2_naming_the_field(case: str, tmp_path: Path,
     assert "configuration error" in err
     assert needle in err, err
     assert nobody_connected(listener)
+
+
+async def test_a_topic_never_assigned_is_warned_about() -> None:
+    job = Job([result("r0")], [])  # nothing on the labels topic: as if it did not exist
+    await job.source.start(job.joiner)
+    with structlog.testing.capture_logs() as logs:
+        await job.joiner.watch_topics(0.0)
+    assert [(e["event"], e["topics"]) for e in logs] == [("topics_not_assigned", [LAB])]
+    both = Job([result("r0")], [label("r0")])
+    await both.source.start(both.joiner)
+    with structlog.testing.capture_logs() as logs:
+        await both.joiner.watch_topics(0.0)
+    assert logs == []

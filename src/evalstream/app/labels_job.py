@@ -70,6 +70,8 @@ Token = tuple[PartitionState, int]
 _POLL_S = 0.5
 _LAG_INTERVAL_S = 5.0
 _CONNECTION_CHECK_S = 5.0
+#: When a topic of no partition here is warned about (the group has settled by then).
+_TOPIC_WARNING_S = 60.0
 #: The dead-letter reason of a label message that is not a label.
 INVALID_LABEL = "invalid_label"
 
@@ -220,6 +222,21 @@ class LabelJoiner:
             self.store.expire(loop.time())
             self._gauges()
 
+    async def watch_topics(self, after_s: float) -> None:
+        """Warn once when, ``after_s`` into the run, a topic has no partition here.
+
+        A labels topic that does not exist (a typo, auto-creation off) is only never
+        assigned: without this the joiner would look healthy and count nothing. (With more
+        joiners than a topic's partitions, some legitimately hold none: a warning, not a
+        failure.)
+        """
+        await asyncio.sleep(after_s)
+        held = {topic for topic, _ in self.source.assignment()}
+        missing = [topic for topic in self.topics if topic not in held]
+        if missing:
+            log.warning("topics_not_assigned", topics=missing, waited_s=after_s,
+                        advice="does the topic exist? (one joiner per partition at most)")
+
     # --- lifecycle ----------------------------------------------------------------------
 
     async def run(self, ready_event: asyncio.Event | None = None) -> int:
@@ -242,6 +259,7 @@ class LabelJoiner:
         consume.add_done_callback(lambda _: self._stop.set())
         tasks.append(asyncio.create_task(watch_readiness(
             self.not_ready, self.metrics, ready_event, list(self.topics)), name="ready"))
+        tasks.append(asyncio.create_task(self.watch_topics(_TOPIC_WARNING_S), name="topics"))
         log.info("label_joiner_started", port=self.health.port)
         await self._stop.wait()
         # 1. End intake. 2. Nothing to drain: each message is handled as it is read.
