@@ -56,7 +56,8 @@ def intake_for(**sections: Any) -> Intake:
 
 def test_key_limit_agrees_exactly_with_the_fraction_test() -> None:
     assert intake_for().key_limit is None  # event-key sampling: no decision on the key
-    routes = [{"name": "a", "sample_rate": 0.5, "evaluators": [{"evaluator": "unit_scripted"}]},
+    routes = [{"name": "a", "sample_rate": 0.5, "match": {"requires": ["output"]},
+               "evaluators": [{"evaluator": "unit_scripted"}]},
               {"name": "b", "sample_rate": 0.2, "evaluators": [{"evaluator": "unit_scripted"}]}]
     for salt in ("", "s"):
         sampling = {"key": "message_key", "rate": 0.3, "salt": salt}

@@ -191,7 +191,9 @@ async def test_sampling_and_no_route_skips() -> None:
 
 
 async def test_all_routing_runs_every_matching_route() -> None:
-    routes = [{"name": "a", "evaluators": [{"evaluator": "unit_scripted"}]},
+    # Route a requires an output, so b (which does not) is reachable with routing: first.
+    routes = [{"name": "a", "match": {"requires": ["output"]},
+               "evaluators": [{"evaluator": "unit_scripted"}]},
               {"name": "b", "sample_rate": 1.0, "evaluators": [
                   {"evaluator": "unit_scripted"}, {"evaluator": "unit_labels"}]}]
     first, _ = make(routes=routes)
@@ -223,7 +225,8 @@ def test_bad_evaluator_params_and_plugins_fail_at_construction() -> None:
 
 def test_may_sample_uses_the_highest_route_rate() -> None:
     pipeline, _ = make(sampling={"rate": 0.5}, routes=[
-        {"name": "a", "sample_rate": 0.2, "evaluators": [{"evaluator": "unit_scripted"}]},
+        {"name": "a", "sample_rate": 0.2, "match": {"requires": ["output"]},
+         "evaluators": [{"evaluator": "unit_scripted"}]},
         {"name": "b", "sample_rate": 0.6, "evaluators": [{"evaluator": "unit_scripted"}]}])
     keys = [f"t{i}" for i in range(5000)]
     share = sum(pipeline.may_sample(k) for k in keys) / len(keys)

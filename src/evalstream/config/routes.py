@@ -75,6 +75,43 @@ class MatchRule(Section):
     requires: list[Literal["input", "output", "system_prompt", "context", "session_id",
                            "reference", "messages"]] = Field(default_factory=list)
 
+    @model_validator(mode="after")
+    def _can_match(self) -> MatchRule:
+        # An empty list of accepted values accepts nothing: the route was loaded and never
+        # matched an event (the silent filter of opik#6344). Omit the key to accept all.
+        empty = [name for name, values in (("app", self.app), ("topic", self.topic))
+                 if values is not None and not values]
+        empty += [f"attributes.{key}" for key, accepted in self.attributes.items()
+                  if isinstance(accepted, list) and not accepted]
+        if empty:
+            raise ValueError(f"{', '.join(empty)}: an empty list accepts no value, so the "
+                             f"route would never match; omit the key to accept any value "
+                             f"(or \"*\" for an attribute that must be present)")
+        return self
+
+    def covers(self, other: MatchRule) -> bool:
+        """Whether every event (from any topic) matching ``other`` also matches this rule.
+
+        Decided from the rules alone, conservatively: False unless certain. With ``routing:
+        first`` a route whose rule an earlier route's covers can never receive an event.
+        """
+        for mine, theirs in ((self.app, other.app), (self.topic, other.topic)):
+            if mine is not None and (theirs is None or not set(theirs) <= set(mine)):
+                return False
+        for key, accepted in self.attributes.items():
+            theirs_value = other.attributes.get(key)
+            if theirs_value is None:
+                return False
+            if accepted == "*":
+                continue  # ``other`` requires the attribute too, with some value
+            if theirs_value == "*":
+                return False
+            mine_set = {accepted} if isinstance(accepted, str) else set(accepted)
+            their_set = {theirs_value} if isinstance(theirs_value, str) else set(theirs_value)
+            if not their_set <= mine_set:
+                return False
+        return set(self.requires) <= set(other.requires)
+
 
 class SessionWindow(Section):
     """A route's session window: its events with a ``session_id`` are evaluated once per

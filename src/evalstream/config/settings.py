@@ -263,3 +263,20 @@ class Settings(BaseSettings):
             if repeated:
                 raise ValueError(f"{field}: {what} listed more than once: {repeated}")
         return self
+
+    @model_validator(mode="after")
+    def _routes_reachable(self) -> Settings:
+        # With ``routing: first`` an event goes to the first route it matches: a route after
+        # one whose match accepts everything it accepts never gets an event. It loaded, ran
+        # nothing and said nothing (its evaluators' metrics stayed empty).
+        if self.worker.routing != "first":
+            return self
+        for later, route in enumerate(self.routes):
+            for earlier, first in enumerate(self.routes[:later]):
+                if first.match.covers(route.match):
+                    raise ValueError(
+                        f"routes[{later}] ({route.name}) is unreachable: with "
+                        f"worker.routing: first, every event its match accepts goes to the "
+                        f"earlier routes[{earlier}] ({first.name}), whose match accepts them "
+                        f"all; put the narrower route first, or set worker.routing: all")
+        return self
