@@ -6,9 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
-from evalstream.config import load_settings
+from evalstream.app.intake import Intake
+from evalstream.app.pipeline import Pipeline
+from evalstream.app.reach import attributes_read
+from evalstream.config import InputTopic, load_settings
 from evalstream.errors import ConfigError
+from evalstream.events import RawRecord, dump_json
+from evalstream.formats import decoder_for
+from evalstream.metrics import Metrics
+from tests.unit.pipeline_doubles import JUDGES
+from tests.unit.pipeline_doubles import settings as pipeline_settings
 
 
 def route(name: str, match: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
@@ -58,3 +67,74 @@ def test_a_route_shadowed_by_an_earlier_one_is_refused(earlier: dict[str, Any],
 def test_routes_that_can_each_get_events_are_accepted(earlier: dict[str, Any],
                                                       later: dict[str, Any]) -> None:
     load_settings(None, routes=[route("first", earlier), route("second", later)])
+
+
+# --- OTLP decoders carry the attributes the configuration reads ----------------------------
+
+def otlp_batch(span_attributes: dict[str, str], resource: dict[str, str]) -> bytes:
+    def kv(attrs: dict[str, str]) -> list[dict[str, Any]]:
+        return [{"key": k, "value": {"stringValue": v}} for k, v in attrs.items()]
+
+    messages = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "m-1",
+        "gen_ai.input.messages": dump_json(
+            [{"role": "user", "parts": [{"type": "text", "content": "Where is my order?"}]}]
+        ).decode(),
+        "gen_ai.output.messages": dump_json(
+            [{"role": "assistant", "parts": [{"type": "text", "content": "It ships today."}],
+              "finish_reason": "stop"}]).decode(),
+    }
+    span = {"traceId": "0" * 31 + "1", "spanId": "0" * 15 + "2", "name": "chat m-1",
+            "startTimeUnixNano": "1", "endTimeUnixNano": "2",
+            "attributes": kv({**messages, **span_attributes})}
+    return dump_json({"resourceSpans": [{
+        "resource": {"attributes": kv({"service.name": "shop", **resource})},
+        "scopeSpans": [{"spans": [span]}]}]})
+
+
+OTLP_INPUT = {"topic": "spans", "format": "otlp_json"}
+
+
+def test_otlp_decoders_carry_attributes_read_by_routes_and_results() -> None:
+    settings = pipeline_settings(
+        inputs=[OTLP_INPUT],
+        routes=[route("acme", {"attributes": {"tenant": "acme"}}),
+                route("rest", {"topic": ["spans"], "requires": ["output"]})],
+        results={"attributes": ["region", "model"]})
+    metrics = Metrics(CollectorRegistry())
+    pipeline = Pipeline(settings, JUDGES, metrics)
+    intake = Intake(settings, pipeline, metrics)
+    record = RawRecord("spans", 0, 0, otlp_batch({"tenant": "acme"}, {"region": "eu"}))
+    [event] = intake.decode(record).events
+    # Before: OTLP events kept only the decoder's fixed attributes: the route matching
+    # `tenant` never matched (every event went to "rest") and `region` was never copied.
+    assert event.attributes["tenant"] == "acme"  # from the span
+    assert event.attributes["region"] == "eu"  # from the resource
+    assert event.attributes["model"] == "m-1"  # a name the decoder sets itself, unchanged
+    [planned] = pipeline.plan(event, "spans")
+    assert planned.bound.route == "acme"
+
+
+def test_attributes_read_per_input() -> None:
+    settings = pipeline_settings(
+        inputs=[OTLP_INPUT, {"topic": "other", "format": "otlp_proto"}],
+        routes=[route("scoped", {"topic": ["spans"], "attributes": {"tenant": "*"}},
+                      evaluators=[{"evaluator": "topic_adherence",
+                                   "params": {"criteria_attribute": "scope"}}]),
+                route("all", {"attributes": {"tier": "gold"}})],
+        results={"attributes": ["region"]})
+    assert attributes_read(settings) == {"spans": ("region", "tenant", "scope", "tier"),
+                                         "other": ("region", "tier")}
+
+
+def test_a_criteria_attribute_is_carried_to_the_evaluator() -> None:
+    topic = InputTopic(topic="spans", format="otlp_json", attribute_map={"tenant": "org.id"})
+    value = otlp_batch({"scope": "orders only", "org.id": "o-1", "tenant": "ignored"}, {})
+    record = RawRecord("spans", 0, 0, value)
+    [plain] = decoder_for(topic)(record).events
+    assert "scope" not in plain.attributes
+    [event] = decoder_for(topic, ["scope", "tenant"])(record).events
+    assert event.attributes["scope"] == "orders only"
+    # attribute_map still decides where a name it maps is read from.
+    assert event.attributes["tenant"] == "o-1"

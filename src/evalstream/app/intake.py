@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from zlib import crc32
 
 from evalstream.app.pipeline import Pipeline
+from evalstream.app.reach import attributes_read
 from evalstream.config import Settings
 from evalstream.errors import DecodeError
 from evalstream.events import Record
@@ -69,7 +70,10 @@ class Intake:
     """
 
     def __init__(self, settings: Settings, pipeline: Pipeline, metrics: Metrics) -> None:
-        self._decoders: dict[str, Decoder] = {t.topic: decoder_for(t) for t in settings.inputs}
+        # Decoders carry the attributes routes, results and evaluators read (app/reach.py).
+        read = attributes_read(settings)
+        self._decoders: dict[str, Decoder] = {t.topic: decoder_for(t, read[t.topic])
+                                              for t in settings.inputs}
         self._max_bytes = settings.worker.max_message_bytes
         self._key = pipeline.sampling_key
         self._may_sample = pipeline.may_sample

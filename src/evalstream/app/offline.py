@@ -35,6 +35,7 @@ from rich.table import Table
 from evalstream.app.offline_input import Item, input_paths, read_items, routed_input
 from evalstream.app.offline_report import Summary
 from evalstream.app.pipeline import Pipeline
+from evalstream.app.reach import attributes_read
 from evalstream.config import EvaluatorSpec, MatchRule, Route, Settings, load_settings
 from evalstream.errors import ConfigError, EvalstreamError
 from evalstream.events import EvalResult, dump_json
@@ -216,8 +217,10 @@ def main(args: argparse.Namespace) -> int:
     bad_lines: list[str] = []
     try:
         config = load_settings(args.config) if args.config is not None else None
+        routed = routed_input(config, args.topic)
+        carry = attributes_read(config)[routed.topic] if config and routed else ()
         items = list(read_items(input_paths(args.input), None if args.strict else bad_lines,
-                                routed_input(config, args.topic)))
+                                routed, carry))
         _report_bad_lines(console, bad_lines)
         if not items:
             raise ConfigError(f"no item could be read from --input ({len(bad_lines)} bad "

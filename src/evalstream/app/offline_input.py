@@ -124,7 +124,7 @@ def _items(raw: bytes, record: RawRecord, decoder: Decoder) -> list[Item]:
 
 
 def read_items(paths: Sequence[Path], bad_lines: list[str] | None = None,
-               topic: InputTopic | None = None) -> Iterator[Item]:
+               topic: InputTopic | None = None, carry: Sequence[str] = ()) -> Iterator[Item]:
     """Items from JSONL files: evaldata items or trace events, line by line.
 
     Args:
@@ -134,6 +134,8 @@ def read_items(paths: Sequence[Path], bad_lines: list[str] | None = None,
         topic: The input whose decoder (format and field mapping) reads lines that are not
             evaldata items, as the worker would; flat TraceEvents when None or when its
             format is not JSON (``otlp_proto``).
+        carry: The event attributes the configuration reads from ``topic``'s events
+            (:func:`~evalstream.app.reach.attributes_read`), carried by an OTLP decoder.
 
     Raises:
         ConfigError: a file cannot be opened, or (without ``bad_lines``) a line is neither
@@ -141,7 +143,7 @@ def read_items(paths: Sequence[Path], bad_lines: list[str] | None = None,
     """
     if topic is None or topic.format == "otlp_proto":
         topic = _PLAIN
-    decoder = decoder_for(topic)
+    decoder = decoder_for(topic, carry)
     for index, path in enumerate(paths):
         try:
             # Bytes, decoded line by line: one non-UTF-8 line must not end the file's reading.

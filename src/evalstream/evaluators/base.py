@@ -30,6 +30,14 @@ class EvaluatorParams(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    def event_attributes(self) -> tuple[str, ...]:
+        """The ``TraceEvent.attributes`` names these params make the evaluator read.
+
+        Declared so that the worker makes OTLP decoders carry them (they keep a fixed set of
+        span attributes otherwise), instead of skipping every event for want of them.
+        """
+        return ()
+
 
 P = TypeVar("P", bound=EvaluatorParams)
 

@@ -40,6 +40,10 @@ class TopicAdherenceParams(BinaryParams):
     #: Send earlier turns so short replies ("Which city?") can be placed in context.
     include_conversation: bool = True
 
+    def event_attributes(self) -> tuple[str, ...]:
+        """``criteria_attribute``, when set: the evaluator reads each event's criteria there."""
+        return (self.criteria_attribute,) if self.criteria_attribute else ()
+
     @model_validator(mode="after")
     def _has_scope(self) -> TopicAdherenceParams:
         if self.criteria is None and self.criteria_attribute is None:

@@ -1,12 +1,13 @@
 """Input formats, chosen per topic: ``flat_json``, ``otlp_proto``, ``otlp_json``.
 
-Each format module exposes ``make_decoder(topic: InputTopic) -> Decoder``; they are imported
+Each format module exposes ``make_decoder(topic: InputTopic, carry) -> Decoder``; they are imported
 lazily so an unused format costs nothing at start-up.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 
 from evalstream.config import InputTopic
 from evalstream.formats.base import Decoded, Decoder
@@ -20,8 +21,14 @@ FORMATS: dict[str, str] = {
 }
 
 
-def decoder_for(topic: InputTopic) -> Decoder:
-    """The decoder for ``topic``'s configured format."""
+def decoder_for(topic: InputTopic, carry: Iterable[str] = ()) -> Decoder:
+    """The decoder for ``topic``'s configured format.
+
+    Args:
+        topic: The input.
+        carry: Event attribute names the configuration reads; an OTLP decoder carries each
+            one it does not set itself from the span or resource attribute of that key.
+    """
     module = importlib.import_module(FORMATS[topic.format])
-    decoder: Decoder = module.make_decoder(topic)
+    decoder: Decoder = module.make_decoder(topic, tuple(carry))
     return decoder

@@ -15,7 +15,7 @@ Anything that is not a usable event is a ``DecodeError`` with a stable reason co
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from operator import attrgetter
 from typing import Any
 
@@ -359,8 +359,11 @@ def _marked(fields: Mapping[str, Any]) -> bool:
     return type(attributes) is dict and CANARY_ATTRIBUTE in attributes
 
 
-def make_decoder(topic: InputTopic) -> FlatJsonDecoder:
+def make_decoder(topic: InputTopic, carry: Iterable[str] = ()) -> FlatJsonDecoder:
     """The decoder for ``topic``, with its field mapping resolved.
+
+    ``carry`` (the attribute names the configuration reads) needs nothing here: an event
+    has every attribute its message has.
 
     Raises:
         ConfigError: the mapping names a field TraceEvent does not have.

@@ -24,7 +24,8 @@ A chat span becomes one :class:`~evalstream.events.TraceEvent`:
 * ``attributes`` (flat strings, for routing and metrics): ``operation``, ``provider``,
   ``model``, ``response_model``, ``input_tokens``, ``output_tokens``, ``finish_reasons``,
   ``response_id``, ``agent_name``, ``user_id``, ``environment``, ``span_name`` when present,
-  plus the topic's ``attribute_map``, and on a span carrying ``evalstream.canary`` that
+  plus the topic's ``attribute_map`` and the names the configuration reads (``carry`` in
+  :func:`record_decoder`), and on a span carrying ``evalstream.canary`` that
   attribute and its ``evalstream.gold.*`` ones (a canary's marker and gold answers).
 
 Spans that are not evaluated are counted in ``Decoded.skipped``: ``not_genai`` (no GenAI
@@ -67,9 +68,9 @@ from evalstream.formats.trace_context import (
 )
 
 # The context bounds and Options are re-exported: tests and callers name them from here.
-__all__ = ["MAX_CONTAINERS_PER_MESSAGE", "MAX_CONTEXT_CHARS", "MAX_CONTEXT_DOCUMENTS",
-           "MAX_EVENTS_PER_MESSAGE", "MAX_SPANS_PER_MESSAGE", "BatchBuilder", "Options",
-           "check_containers", "record_decoder"]
+__all__ = ["EVENT_ATTRIBUTES", "MAX_CONTAINERS_PER_MESSAGE", "MAX_CONTEXT_CHARS",
+           "MAX_CONTEXT_DOCUMENTS", "MAX_EVENTS_PER_MESSAGE", "MAX_SPANS_PER_MESSAGE",
+           "BatchBuilder", "Options", "check_containers", "record_decoder"]
 
 #: Chat spans of one message turned into events; later ones are counted as
 #: ``too_many_events``. An event costs ~3 KB of Python objects even when its span is ~100
@@ -106,6 +107,11 @@ _SPAN_ATTRIBUTES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("agent_name", ("gen_ai.agent.name",)),
     ("user_id", ("user.id", "enduser.id")),
 )
+#: The ``TraceEvent.attributes`` names an OTLP event gets from the decoder itself (when the
+#: span has a value for them); any other name must be carried (``attribute_map``, or the
+#: names the configuration reads: see :func:`record_decoder`).
+EVENT_ATTRIBUTES = frozenset({"operation", *(name for name, _ in _SPAN_ATTRIBUTES),
+                              "finish_reasons", "environment", "span_name"})
 #: What reading a malformed span can raise (out-of-range times raise OverflowError,
 #: absurdly nested values RecursionError).
 _MALFORMED = (BadSpanError, ValueError, TypeError, KeyError, AttributeError, IndexError,
@@ -345,10 +351,21 @@ def check_containers(resources: int, scopes: Iterable[int]) -> None:
 
 
 def record_decoder(topic: InputTopic,
-                   decode: Callable[[bytes, Options, int | None], Decoded]) -> Decoder:
+                   decode: Callable[[bytes, Options, int | None], Decoded],
+                   carry: Iterable[str] = ()) -> Decoder:
     """The ``Decoder`` of an OTLP topic: its options resolved once, tombstones rejected,
-    and ``decode(value, options, record_timestamp_ms)`` for everything else."""
-    options = Options.from_topic(topic)
+    and ``decode(value, options, record_timestamp_ms)`` for everything else.
+
+    Args:
+        topic: The input.
+        decode: The encoding's decode function.
+        carry: Event attribute names the configuration reads (route matches,
+            ``results.attributes``, evaluator params). Each one the decoder does not set
+            itself (:data:`EVENT_ATTRIBUTES`) or get from ``attribute_map`` is carried from
+            the span (else resource) attribute of the same key: without it, a route
+            matching ``tenant`` on an OTLP input never matched, and said nothing.
+    """
+    options = Options.from_topic(topic, [n for n in carry if n not in EVENT_ATTRIBUTES])
 
     def decoder(record: Record) -> Decoded:
         if record.value is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from evalstream.config import InputTopic
@@ -203,6 +203,7 @@ def decode(value: bytes | str, options: Options,
     return builder.finish()
 
 
-def make_decoder(topic: InputTopic) -> Decoder:
-    """A decoder for ``topic`` (``format: otlp_json``)."""
-    return record_decoder(topic, decode)
+def make_decoder(topic: InputTopic, carry: Iterable[str] = ()) -> Decoder:
+    """A decoder for ``topic`` (``format: otlp_json``), carrying the attributes ``carry`` names
+    (see :func:`~.genai.record_decoder`)."""
+    return record_decoder(topic, decode, carry)

@@ -8,6 +8,7 @@ attributes it needs (see :mod:`.genai`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from google.protobuf.message import DecodeError as ProtoDecodeError
@@ -131,6 +132,7 @@ def decode(value: bytes, options: Options, record_timestamp_ms: int | None = Non
     return builder.finish()
 
 
-def make_decoder(topic: InputTopic) -> Decoder:
-    """A decoder for ``topic`` (``format: otlp_proto``)."""
-    return record_decoder(topic, decode)
+def make_decoder(topic: InputTopic, carry: Iterable[str] = ()) -> Decoder:
+    """A decoder for ``topic`` (``format: otlp_proto``), carrying the attributes ``carry`` names
+    (see :func:`~.genai.record_decoder`)."""
+    return record_decoder(topic, decode, carry)

@@ -6,7 +6,7 @@ contributes (:class:`Resource`), and the topic's extraction settings (:class:`Op
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,14 +68,17 @@ class Options:
     attribute_map: tuple[tuple[str, str], ...]
 
     @classmethod
-    def from_topic(cls, topic: InputTopic) -> Options:
-        """Options for ``topic``."""
+    def from_topic(cls, topic: InputTopic, carry: Iterable[str] = ()) -> Options:
+        """Options for ``topic``; ``carry`` names attributes read from the span or resource
+        attribute of the same key (after ``attribute_map``, which may give them another)."""
         session = (topic.session_attribute,) if topic.session_attribute else ()
+        same_key = tuple((name, name) for name in dict.fromkeys(carry)
+                         if name not in topic.attribute_map)
         return cls(
             llm_operations=frozenset(op.lower() for op in topic.llm_operations),
             session_keys=(*session, *_SESSION_KEYS),
             app_keys=(topic.app_attribute,) if topic.app_attribute else (),
-            attribute_map=tuple(topic.attribute_map.items()),
+            attribute_map=(*topic.attribute_map.items(), *same_key),
         )
 
 
