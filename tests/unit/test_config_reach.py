@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from evalstream.app.checks import check_fields_provided, check_settings
 from evalstream.app.intake import Intake
 from evalstream.app.pipeline import Pipeline
 from evalstream.app.reach import attributes_read
@@ -138,3 +139,51 @@ def test_a_criteria_attribute_is_carried_to_the_evaluator() -> None:
     assert event.attributes["scope"] == "orders only"
     # attribute_map still decides where a name it maps is read from.
     assert event.attributes["tenant"] == "o-1"
+
+
+# --- Fields a route needs that its inputs' formats never set ------------------------------
+
+FLAT_INPUT = {"topic": "traces", "format": "flat_json"}
+SIMILARITY = [{"evaluator": "text_similarity"}]
+
+
+def fields_check(inputs: list[dict[str, Any]], routes: list[dict[str, Any]]) -> None:
+    settings = pipeline_settings(inputs=inputs, routes=routes)
+    check_fields_provided(settings, Pipeline(settings, JUDGES, Metrics(CollectorRegistry())))
+
+
+@pytest.mark.parametrize(("match", "evaluators", "needle"), [
+    ({"requires": ["output", "reference"]}, None,
+     r"routes\[0\] \(r\)\.match\.requires: the route's inputs \(spans: otlp_json\) never "
+     r"set 'reference'"),
+    ({}, SIMILARITY, r"routes\[0\] \(r\) evaluator 'text_similarity' needs reference"),
+    ({}, [{"evaluator": "classifier", "params": {
+        "labels": {"same": "matches", "different": "does not"}, "fields": ["reference"]}}],
+     r"evaluator 'classifier' needs reference, which .* never set: it would skip every"),
+])
+def test_a_route_needing_a_field_otlp_never_sets_is_refused(
+        match: dict[str, Any], evaluators: list[dict[str, Any]] | None, needle: str) -> None:
+    # Before: loaded; the route never matched, or its evaluator skipped every event.
+    r = route("r", match, **({"evaluators": evaluators} if evaluators else {}))
+    with pytest.raises(ConfigError, match=needle):
+        fields_check([OTLP_INPUT], [r])
+    # Restricted to the OTLP input, it is refused even beside a flat_json input...
+    with pytest.raises(ConfigError, match=needle.split(":")[0]):
+        fields_check([OTLP_INPUT, FLAT_INPUT], [{**r, "match": {**match, "topic": ["spans"]}}])
+    # ... while a route that also reads flat_json (whose messages may hold any field) loads.
+    fields_check([OTLP_INPUT, FLAT_INPUT], [r])
+
+
+def test_a_need_any_input_field_can_meet_is_accepted() -> None:
+    fields_check([OTLP_INPUT], [route("r", {"requires": ["system_prompt", "context"]}, evaluators=[
+        {"evaluator": "classifier", "params": {
+            "labels": {"a": "one", "b": "two"}, "fields": ["reference", "conversation"]}},
+        {"evaluator": "role_adherence", "params": {"role_from_system_prompt": True}}])])
+
+
+def test_check_config_refuses_a_field_its_inputs_never_set() -> None:
+    settings = pipeline_settings(
+        inputs=[OTLP_INPUT], routes=[route("r", evaluators=[{**SIMILARITY[0], "judge": "llm"}])],
+        judges={"llm": {"type": "openai", "base_url": "http://127.0.0.1:9", "model": "m"}})
+    with pytest.raises(ConfigError, match="needs reference"):
+        check_settings(settings)

@@ -5,16 +5,18 @@ from __future__ import annotations
 import asyncio
 
 from evalstream.app.pipeline import Pipeline
-from evalstream.config import Settings
+from evalstream.app.reach import route_inputs
+from evalstream.config import InputTopic, Settings
 from evalstream.errors import ConfigError
 from evalstream.evaluators import registry
-from evalstream.formats import decoder_for
+from evalstream.formats import NEVER_SET, decoder_for
 from evalstream.judges.registry import build_judges
 from evalstream.metrics import Metrics
 from evalstream.sinks.kafka import KafkaSink, result_record_bytes
 from evalstream.sources.kafka import KafkaSource
 
 __all__ = [
+    "check_fields_provided",
     "check_kafka_clients",
     "check_request_size",
     "check_route_topics",
@@ -93,14 +95,50 @@ def check_request_size(settings: Settings, pipeline: Pipeline) -> None:
             f"must fit, or one event that makes it would stop the worker at every restart")
 
 
+def check_fields_provided(settings: Settings, pipeline: Pipeline) -> None:
+    """Every field a route needs is one its inputs' formats can give.
+
+    A route's ``match.requires`` and its evaluators' ``required_fields`` are compared with
+    the fields the formats of the inputs it reads (its ``match.topic``, else all) can fill
+    at all. A route requiring ``reference`` on OTLP inputs never matched, and
+    ``text_similarity`` there skipped every event: loaded, and silent, but for a skip count.
+    Only certain cases are refused: a field a format may carry is left to run time.
+
+    Raises:
+        ConfigError: naming the route, the field and the inputs.
+    """
+    built = iter(pipeline.evaluators)  # in route order, as the specs
+    for ri, route in enumerate(settings.routes):
+        evaluators = [(spec, next(built)) for spec in route.evaluators]
+        inputs = route_inputs(route, settings.inputs)
+        if not inputs:
+            continue  # check_route_topics names the topic
+        where = f"routes[{ri}] ({route.name})"
+        named = f"the route's inputs ({', '.join(f'{t.topic}: {t.format}' for t in inputs)})"
+
+        def given(field: str, inputs: list[InputTopic] = inputs) -> bool:
+            return any(field not in NEVER_SET[t.format] for t in inputs)
+
+        for field in route.match.requires:
+            if not given(field):
+                raise ConfigError(f"{where}.match.requires: {named} never set {field!r}, so "
+                                  f"the route would never match")
+        for spec, evaluator in evaluators:
+            for need in evaluator.required_fields():
+                if not any(given(field) for field in need):
+                    raise ConfigError(
+                        f"{where} evaluator {spec.label!r} needs {' or '.join(sorted(need))}, "
+                        f"which {named} never set: it would skip every event")
+
+
 def check_settings(settings: Settings) -> None:
     """Build judges, every route's evaluators and every input's decoder, then discard them.
 
     Raises:
         ConfigError: naming the offending field (unknown evaluator, bad params, bad mapping,
             a route matching a topic no input consumes, a watched label no evaluator gives,
-            a Kafka option aiokafka refuses, a max_request_size below the largest error
-            result).
+            a field a route needs that its inputs never set, a Kafka option aiokafka
+            refuses, a max_request_size below the largest error result).
     """
     check_route_topics(settings)
     metrics = Metrics()
@@ -108,6 +146,7 @@ def check_settings(settings: Settings) -> None:
     pipeline = Pipeline(settings, judges, metrics)
     check_watch_labels(settings, pipeline)
     check_request_size(settings, pipeline)
+    check_fields_provided(settings, pipeline)
     for topic in settings.inputs:
         decoder_for(topic)
     asyncio.run(check_kafka_clients(settings))

@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry
 from evalstream import __version__
 from evalstream.app.caught_up import CaughtUp, watch_caught_up
 from evalstream.app.checks import (
+    check_fields_provided,
     check_kafka_clients,
     check_request_size,
     check_route_topics,
@@ -126,6 +127,7 @@ class Worker:
         self.pipeline = Pipeline(settings, self.judges, self.metrics)
         check_watch_labels(settings, self.pipeline)
         check_request_size(settings, self.pipeline)
+        check_fields_provided(settings, self.pipeline)
         self.intake = Intake(settings, self.pipeline, self.metrics)
         self.source: Source = source if source is not None else KafkaSource(
             settings.kafka, [t.topic for t in settings.inputs])

@@ -114,6 +114,17 @@ class Evaluator(abc.ABC, Generic[P]):
         """The closed set of labels this evaluator can emit (bounds metric labels)."""
         return ()
 
+    def required_fields(self) -> tuple[frozenset[str], ...]:
+        """The ``TraceEvent`` fields without which every evaluation is skipped.
+
+        One set per need; a need is met when any field of its set is non-empty. Checked at
+        start-up against the fields the route's input formats can fill at all (OTLP spans
+        never give a ``reference``), so a route whose every event would be skipped fails
+        there instead. Only certain needs belong here: a field an event may or may not have
+        is the run-time skip count's business. By default: none declared.
+        """
+        return ()
+
     def judge_tasks(self) -> tuple[str, ...]:
         """The ``judge`` (closed-question) tasks this evaluator asks its judge.
 

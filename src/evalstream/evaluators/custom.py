@@ -27,7 +27,7 @@ from evalstream.events import TraceEvent
 from evalstream.judges.base import JudgeRequest
 from evalstream.judges.logprobs import fold
 
-__all__ = ["Classifier", "ClassifierParams", "Scorer", "ScorerParams", "event_fields"]
+__all__ = ["Classifier", "ClassifierParams", "Scorer", "ScorerParams", "event_fields", "needed"]
 
 Field_ = Literal["input", "output", "conversation", "context", "system_prompt", "reference"]
 
@@ -56,6 +56,15 @@ def event_fields(event: TraceEvent, fields: list[Field_], params: TextParams
     if not data:
         raise SkipEvaluation("no_" + "_".join(fields))
     return tuple(data)
+
+
+def needed(fields: list[Field_]) -> tuple[frozenset[str], ...]:
+    """What :func:`event_fields` skips without: one of ``fields`` (``conversation`` is made
+    of ``messages``, ``input`` and ``output``)."""
+    expanded = {part for name in fields
+                for part in (("messages", "input", "output") if name == "conversation"
+                             else (name,))}
+    return (frozenset(expanded),)
 
 
 class ClassifierParams(TextParams):
@@ -108,6 +117,10 @@ class Classifier(LabelEvaluator):
         """The configured labels, in config order."""
         return tuple(self.params.labels)
 
+    def required_fields(self) -> tuple[frozenset[str], ...]:
+        """One of the configured ``fields``."""
+        return needed(self.params.fields)
+
     def fail_labels(self) -> tuple[str, ...]:
         """``fail_labels``."""
         return tuple(self.params.fail_labels)
@@ -151,6 +164,10 @@ class Scorer(Evaluator[ScorerParams]):
     def labels(self) -> tuple[str, ...]:
         """"1".."N"."""
         return tuple(str(i) for i in range(1, self.params.levels + 1))
+
+    def required_fields(self) -> tuple[frozenset[str], ...]:
+        """One of the configured ``fields``."""
+        return needed(self.params.fields)
 
     def request(self, event: TraceEvent) -> JudgeRequest:
         """Rubric in the instructions, fields as data."""

@@ -203,6 +203,10 @@ class TextSimilarity(ScaleEvaluator):
     question = "How similar is the output to the target (1-5)?"
     lower_is_better = False
 
+    def required_fields(self) -> tuple[frozenset[str], ...]:
+        """An output and its reference."""
+        return frozenset({"output"}), frozenset({"reference"})
+
     def data(self, event: TraceEvent) -> tuple[tuple[str, str], ...]:
         """Output and reference."""
         return (

@@ -1,7 +1,7 @@
 """Input formats, chosen per topic: ``flat_json``, ``otlp_proto``, ``otlp_json``.
 
-Each format module exposes ``make_decoder(topic: InputTopic, carry) -> Decoder``; they are imported
-lazily so an unused format costs nothing at start-up.
+Each format module exposes ``make_decoder(topic: InputTopic, carry) -> Decoder``; they are
+imported lazily so an unused format costs nothing at start-up.
 """
 
 from __future__ import annotations
@@ -12,12 +12,21 @@ from collections.abc import Iterable
 from evalstream.config import InputTopic
 from evalstream.formats.base import Decoded, Decoder
 
-__all__ = ["FORMATS", "Decoded", "Decoder", "decoder_for"]
+__all__ = ["FORMATS", "NEVER_SET", "Decoded", "Decoder", "decoder_for"]
 
 FORMATS: dict[str, str] = {
     "flat_json": "evalstream.formats.flat_json",
     "otlp_proto": "evalstream.formats.otlp_proto",
     "otlp_json": "evalstream.formats.otlp_json",
+}
+
+#: ``TraceEvent`` fields a format's events never have, whatever the message holds: OTLP
+#: spans carry no expected answer. (A flat_json message may hold any field.) Start-up
+#: checks refuse a route that needs one of them from inputs of such formats only.
+NEVER_SET: dict[str, frozenset[str]] = {
+    "flat_json": frozenset(),
+    "otlp_proto": frozenset({"reference"}),
+    "otlp_json": frozenset({"reference"}),
 }
 
 
