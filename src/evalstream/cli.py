@@ -105,9 +105,11 @@ def _check_config(args: argparse.Namespace) -> int:
 
     try:
         settings = load_settings(args.config)
-        check_settings(settings)
+        warnings = check_settings(settings)
     except ConfigError as exc:
         return _config_error(exc)
+    for warning in warnings:
+        print(f"evalstream: warning: {warning}", file=sys.stderr)
     print(f"# {args.config}: valid. Effective configuration (secrets masked):")
     print(yaml.safe_dump(masked_dump(settings), sort_keys=False, allow_unicode=True), end="")
     return 0

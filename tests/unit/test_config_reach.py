@@ -3,20 +3,26 @@ at start-up, naming the field and why; what only the data can tell is left to ru
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
 
-from evalstream.app.checks import check_fields_provided, check_settings
+from evalstream.app.checks import check_fields_provided, check_settings, config_warnings
 from evalstream.app.intake import Intake
 from evalstream.app.pipeline import Pipeline
 from evalstream.app.reach import attributes_read
+from evalstream.app.worker import Worker
+from evalstream.cli import main
 from evalstream.config import InputTopic, load_settings
 from evalstream.errors import ConfigError
 from evalstream.events import RawRecord, dump_json
 from evalstream.formats import decoder_for
 from evalstream.metrics import Metrics
+from evalstream.sinks.memory import MemorySink
+from evalstream.sources.memory import MemorySource
 from tests.unit.pipeline_doubles import JUDGES
 from tests.unit.pipeline_doubles import settings as pipeline_settings
 
@@ -187,3 +193,55 @@ def test_check_config_refuses_a_field_its_inputs_never_set() -> None:
         judges={"llm": {"type": "openai", "base_url": "http://127.0.0.1:9", "model": "m"}})
     with pytest.raises(ConfigError, match="needs reference"):
         check_settings(settings)
+
+
+# --- What may be meant but does nothing: said at start-up, not refused --------------------
+
+def warnings_for(**sections: Any) -> list[str]:
+    settings = pipeline_settings(**sections)
+    return config_warnings(settings, Pipeline(settings, JUDGES, Metrics(CollectorRegistry())))
+
+
+def test_sampling_that_evaluates_nothing_is_said() -> None:
+    # A rate of 0 is a way to pause judge spend, so it is said, not refused.
+    [said] = warnings_for(sampling={"rate": 0.0})
+    assert said.startswith("sampling: sampling.rate (0) x each route's sample_rate is 0")
+    routes = [route("a", {"app": ["x"]}, sample_rate=0.0), route("b", sample_rate=0.0)]
+    assert "evaluates nothing" in warnings_for(routes=routes)[0]
+    assert warnings_for(routes=[routes[0], route("b", sample_rate=0.01)]) == []
+
+
+def test_watched_labels_of_no_evaluator_are_said() -> None:
+    sentiment = [route("r", evaluators=[{"evaluator": "sentiment", "name": "mood"}])]
+    [said] = warnings_for(routes=sentiment, drift={"watch_labels": {"moood": "negative"}})
+    assert said.startswith("drift.watch_labels: ['moood'] name no evaluator")
+    assert warnings_for(routes=sentiment, drift={"watch_labels": {"mood": "negative"}}) == []
+    # The defaults (topic, sentiment), written out as the example config does, are quiet.
+    assert warnings_for(routes=sentiment, drift={"watch_labels": {
+        "topic": "other", "sentiment": "negative"}}) == []
+    assert warnings_for(routes=sentiment, drift={"enabled": False,
+                                                 "watch_labels": {"moood": "negative"}}) == []
+
+
+def test_reasons_for_failures_of_an_evaluator_that_never_fails_are_said() -> None:
+    never = {"evaluator": "sentiment", "reasons": "failures"}
+    [said] = warnings_for(routes=[route("r", evaluators=[never])])
+    assert said.startswith("routes[0] (r) evaluator 'sentiment': reasons: failures never")
+    fails = {**never, "params": {"fail_labels": ["negative"]}}
+    assert warnings_for(routes=[route("r", evaluators=[fails])]) == []
+    assert warnings_for(routes=[route("r", evaluators=[{**never, "reasons": "always"}])]) == []
+
+
+def test_the_worker_logs_each_warning_once_and_check_config_prints_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    settings = pipeline_settings(sampling={"rate": 0.0})
+    with capture_logs() as logs:
+        Worker(settings, registry=CollectorRegistry(), judges=JUDGES, source=MemorySource([]),
+               sink=MemorySink())
+    [logged] = [e for e in logs if e["event"] == "config_does_nothing"]
+    assert logged["log_level"] == "warning"
+    assert "evaluates nothing" in logged["warning"]
+    path = tmp_path / "c.yaml"
+    path.write_text("sampling: {rate: 0}\n", encoding="utf-8")
+    assert main(["check-config", str(path)]) == 0
+    assert "evalstream: warning: sampling: " in capsys.readouterr().err

@@ -6,9 +6,10 @@ import asyncio
 
 from evalstream.app.pipeline import Pipeline
 from evalstream.app.reach import route_inputs
-from evalstream.config import InputTopic, Settings
+from evalstream.config import DriftSettings, InputTopic, Settings
 from evalstream.errors import ConfigError
 from evalstream.evaluators import registry
+from evalstream.evaluators.labels import LabelEvaluator
 from evalstream.formats import NEVER_SET, decoder_for
 from evalstream.judges.registry import build_judges
 from evalstream.metrics import Metrics
@@ -22,6 +23,7 @@ __all__ = [
     "check_route_topics",
     "check_settings",
     "check_watch_labels",
+    "config_warnings",
     "describe_evaluators",
 ]
 
@@ -131,8 +133,48 @@ def check_fields_provided(settings: Settings, pipeline: Pipeline) -> None:
                         f"which {named} never set: it would skip every event")
 
 
-def check_settings(settings: Settings) -> None:
+def config_warnings(settings: Settings, pipeline: Pipeline) -> list[str]:
+    """Settings that may be meant but do nothing here: said at start-up, never refused.
+
+    Each can be deliberate (a rate of 0 pauses judge spend; a shared config watches an
+    evaluator another deployment runs), so refusing it could block a working deploy; said
+    once, it is not silent. Nothing here depends on the traffic.
+
+    Returns:
+        One sentence per finding, naming the setting (no trace content).
+    """
+    found: list[str] = []
+    if pipeline.max_rate <= 0.0:
+        found.append(
+            f"sampling: sampling.rate ({settings.sampling.rate:g}) x each route's sample_rate "
+            f"is 0 for every route: the worker evaluates nothing, canaries included (every "
+            f"event counts as a `sampling` skip)")
+    if settings.drift.enabled:
+        labels = {spec.label for route in settings.routes for spec in route.evaluators}
+        # The defaults (watched when such evaluators run) are no finding, written out or not.
+        defaults = DriftSettings().watch_labels.items()
+        unknown = sorted(name for name, label in settings.drift.watch_labels.items()
+                         if name not in labels and (name, label) not in defaults)
+        if unknown:
+            found.append(f"drift.watch_labels: {unknown} name no evaluator of the routes (by "
+                         f"its `name` when it has one; known: {sorted(labels)}): nothing is "
+                         f"watched for them")
+    specs = [(ri, route.name, spec) for ri, route in enumerate(settings.routes)
+             for spec in route.evaluators]
+    for (ri, route, spec), evaluator in zip(specs, pipeline.evaluators, strict=True):
+        if (spec.reasons == "failures" and isinstance(evaluator, LabelEvaluator)
+                and not evaluator.fail_labels()):
+            found.append(f"routes[{ri}] ({route}) evaluator {spec.label!r}: reasons: failures "
+                         f"never gives a reason, as no label counts as a failure (set its "
+                         f"failing labels, or reasons: always)")
+    return found
+
+
+def check_settings(settings: Settings) -> list[str]:
     """Build judges, every route's evaluators and every input's decoder, then discard them.
+
+    Returns:
+        :func:`config_warnings`: what loads and may be meant, but does nothing.
 
     Raises:
         ConfigError: naming the offending field (unknown evaluator, bad params, bad mapping,
@@ -150,6 +192,7 @@ def check_settings(settings: Settings) -> None:
     for topic in settings.inputs:
         decoder_for(topic)
     asyncio.run(check_kafka_clients(settings))
+    return config_warnings(settings, pipeline)
 
 
 async def check_kafka_clients(settings: Settings) -> None:

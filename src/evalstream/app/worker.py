@@ -33,6 +33,7 @@ from evalstream.app.checks import (
     check_request_size,
     check_route_topics,
     check_watch_labels,
+    config_warnings,
 )
 from evalstream.app.commits import Committer
 from evalstream.app.connect import connect
@@ -128,6 +129,8 @@ class Worker:
         check_watch_labels(settings, self.pipeline)
         check_request_size(settings, self.pipeline)
         check_fields_provided(settings, self.pipeline)
+        for warning in config_warnings(settings, self.pipeline):
+            log.warning("config_does_nothing", warning=warning)
         self.intake = Intake(settings, self.pipeline, self.metrics)
         self.source: Source = source if source is not None else KafkaSource(
             settings.kafka, [t.topic for t in settings.inputs])
