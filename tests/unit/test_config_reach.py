@@ -20,6 +20,7 @@ from evalstream.config import InputTopic, load_settings
 from evalstream.errors import ConfigError
 from evalstream.events import RawRecord, dump_json
 from evalstream.formats import decoder_for
+from evalstream.judges.registry import build_judges
 from evalstream.metrics import Metrics
 from evalstream.sinks.memory import MemorySink
 from evalstream.sources.memory import MemorySource
@@ -208,7 +209,7 @@ def test_sampling_that_evaluates_nothing_is_said() -> None:
     assert said.startswith("sampling: sampling.rate (0) x each route's sample_rate is 0")
     routes = [route("a", {"app": ["x"]}, sample_rate=0.0), route("b", sample_rate=0.0)]
     assert "evaluates nothing" in warnings_for(routes=routes)[0]
-    assert warnings_for(routes=[routes[0], route("b", sample_rate=0.01)]) == []
+    assert warnings_for(routes=[route("b", {"app": ["y"]}, sample_rate=0.01), routes[0]]) == []
 
 
 def test_watched_labels_of_no_evaluator_are_said() -> None:
@@ -245,3 +246,34 @@ def test_the_worker_logs_each_warning_once_and_check_config_prints_it(
     path.write_text("sampling: {rate: 0}\n", encoding="utf-8")
     assert main(["check-config", str(path)]) == 0
     assert "evalstream: warning: sampling: " in capsys.readouterr().err
+
+
+def test_an_otlp_input_that_evaluates_no_span_kind_is_refused() -> None:
+    # Before: loaded, and every span was skipped as not_llm.
+    for kinds in ([], [" "]):
+        with pytest.raises(ConfigError, match=r"inputs\.0.*llm_operations: no span kind"):
+            load_settings(None, inputs=[{**OTLP_INPUT, "llm_operations": kinds}])
+    load_settings(None, inputs=[{**OTLP_INPUT, "llm_operations": ["invoke_agent"]}])
+
+
+def test_a_route_turned_off_before_others_is_said() -> None:
+    off = route("paused", {"app": ["x"]}, sample_rate=0.0)
+    [said] = warnings_for(routes=[off, route("rest")])
+    assert said.startswith("routes[0] (paused).sample_rate: 0 turns the route off")
+    assert warnings_for(routes=[route("rest", {"app": ["y"]}), off]) == []  # nothing after it
+    assert warnings_for(routes=[off, route("rest")], worker={"routing": "all"}) == []
+
+
+def test_judges_no_evaluator_uses_are_said() -> None:
+    llm = {"type": "openai", "base_url": "http://127.0.0.1:9", "model": "m", "deadline_s": 10,
+           "timeout_s": 5}
+    judges = {"big": llm, "small": llm, "spare": llm,
+              "inner": {"type": "cascade", "first": "builtin", "then": "big"},
+              "outer": {"type": "cascade", "first": "small", "then": "inner"}}
+    uses = [route("r", evaluators=[{"evaluator": "refusal", "judge": "outer"}])]
+    settings = pipeline_settings(routes=uses, judges=judges)
+    metrics = Metrics(CollectorRegistry())
+    built = build_judges(settings.judges, metrics)
+    assert config_warnings(settings, Pipeline(settings, built, metrics)) == [
+        "judges: ['spare'] defined, but no evaluator names them (nor a cascade in use): they "
+        "are never asked"]

@@ -6,7 +6,7 @@ import asyncio
 
 from evalstream.app.pipeline import Pipeline
 from evalstream.app.reach import route_inputs
-from evalstream.config import DriftSettings, InputTopic, Settings
+from evalstream.config import CascadeJudgeConfig, DriftSettings, InputTopic, Settings
 from evalstream.errors import ConfigError
 from evalstream.evaluators import registry
 from evalstream.evaluators.labels import LabelEvaluator
@@ -159,12 +159,32 @@ def config_warnings(settings: Settings, pipeline: Pipeline) -> list[str]:
             found.append(f"drift.watch_labels: {unknown} name no evaluator of the routes (by "
                          f"its `name` when it has one; known: {sorted(labels)}): nothing is "
                          f"watched for them")
-    specs = [(ri, route.name, spec) for ri, route in enumerate(settings.routes)
-             for spec in route.evaluators]
-    for (ri, route, spec), evaluator in zip(specs, pipeline.evaluators, strict=True):
+    routes = settings.routes
+    if settings.worker.routing == "first" and pipeline.max_rate > 0.0:
+        for ri, route in enumerate(routes[:-1]):
+            if settings.sampling.rate * route.sample_rate <= 0.0:
+                found.append(
+                    f"routes[{ri}] ({route.name}).sample_rate: 0 turns the route off, and with "
+                    f"worker.routing: first the events it matches do not go on to the routes "
+                    f"after it either (they count as `sampling` skips); narrow its match or "
+                    f"remove it to let them through")
+    used = {spec.judge for route in routes for spec in route.evaluators}
+    pending = list(used)
+    while pending:  # the steps of the cascades in use (a step may be a cascade itself)
+        judge = settings.judges.get(pending.pop())
+        if isinstance(judge, CascadeJudgeConfig):
+            steps = {judge.first, judge.then} - used
+            used |= steps
+            pending.extend(steps)
+    unused = sorted(set(settings.judges) - used)
+    if unused:
+        found.append(f"judges: {unused} defined, but no evaluator names them (nor a cascade "
+                     f"in use): they are never asked")
+    specs = [(ri, r.name, spec) for ri, r in enumerate(routes) for spec in r.evaluators]
+    for (ri, name, spec), evaluator in zip(specs, pipeline.evaluators, strict=True):
         if (spec.reasons == "failures" and isinstance(evaluator, LabelEvaluator)
                 and not evaluator.fail_labels()):
-            found.append(f"routes[{ri}] ({route}) evaluator {spec.label!r}: reasons: failures "
+            found.append(f"routes[{ri}] ({name}) evaluator {spec.label!r}: reasons: failures "
                          f"never gives a reason, as no label counts as a failure (set its "
                          f"failing labels, or reasons: always)")
     return found

@@ -83,6 +83,11 @@ class InputTopic(Section):
         elif self.mapping:
             raise ValueError(f"mapping: for flat_json inputs only; this {self.format} input is "
                              f"read with attribute_map, session_attribute and app_attribute")
+        elif not any(op.strip() for op in self.llm_operations):
+            # Every span would be skipped as not_llm: the input consumed and evaluated nothing.
+            raise ValueError("llm_operations: no span kind is listed, so every span would be "
+                             "skipped (not_llm); list the kinds to evaluate, or leave it unset "
+                             f"for the default {list(_LLM_OPERATIONS)}")
         return self
 
 
