@@ -20,6 +20,7 @@ Events of keyless messages are sampled on their ``trace_id``.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 
 from evalstream.config import SamplingSettings
 from evalstream.events import TraceEvent
@@ -31,11 +32,19 @@ SCALE = float(1 << 32)
 
 
 class Sampler:
-    """Decides which events are evaluated, reproducibly across workers and restarts."""
+    """Decides which events are evaluated, reproducibly across workers and restarts.
 
-    __slots__ = ("_by_message_key", "_field", "_rate", "_seed")
+    Args:
+        settings: Key, rate and salt.
+        on_missing_key: Called when an event has no value for the key and is sampled on its
+            ``event_id`` instead, so the caller can say so (the sampler does no I/O).
+    """
 
-    def __init__(self, settings: SamplingSettings) -> None:
+    __slots__ = ("_by_message_key", "_field", "_on_missing_key", "_rate", "_seed")
+
+    def __init__(self, settings: SamplingSettings,
+                 on_missing_key: Callable[[], None] | None = None) -> None:
+        self._on_missing_key = on_missing_key
         self._by_message_key = settings.key == "message_key"
         # message_key falls back to the event's trace_id (the key it is meant to carry).
         self._field = "trace_id" if self._by_message_key else settings.key
@@ -74,7 +83,12 @@ class Sampler:
         An empty key (e.g. no session id) falls back to ``event_id`` so such events still
         spread evenly instead of all landing on one side of every threshold.
         """
-        return self.fraction_of(getattr(event, self._field) or event.event_id)
+        value = getattr(event, self._field)
+        if not value:
+            if self._on_missing_key is not None:
+                self._on_missing_key()
+            value = event.event_id
+        return self.fraction_of(value)
 
     def fraction_of(self, value: str) -> float:
         """The fraction of a raw key value (decoders use it before building an event)."""

@@ -18,7 +18,7 @@ from evalstream.app.worker import Worker
 from evalstream.cli import main
 from evalstream.config import InputTopic, load_settings
 from evalstream.errors import ConfigError
-from evalstream.events import RawRecord, dump_json
+from evalstream.events import RawRecord, TraceEvent, dump_json
 from evalstream.formats import decoder_for
 from evalstream.judges.registry import build_judges
 from evalstream.metrics import Metrics
@@ -277,3 +277,19 @@ def test_judges_no_evaluator_uses_are_said() -> None:
     assert config_warnings(settings, Pipeline(settings, built, metrics)) == [
         "judges: ['spare'] defined, but no evaluator names them (nor a cascade in use): they "
         "are never asked"]
+
+
+async def test_events_without_the_sampling_key_are_said_once() -> None:
+    # No format is certain never to set a session id, so only the traffic can tell that
+    # `sampling.key: session_id` samples each event on its own: said once, when it does.
+    settings = pipeline_settings(sampling={"key": "session_id"},
+                                 routes=[route("r", evaluators=[{"evaluator": "unit_scripted"}])])
+    pipeline = Pipeline(settings, JUDGES, Metrics(CollectorRegistry()))
+    with capture_logs() as logs:
+        await pipeline.evaluate(TraceEvent(event_id="a", session_id="s1", output="x"), topic="t")
+        assert not logs
+        for i in range(3):
+            await pipeline.evaluate(TraceEvent(event_id=f"b{i}", output="x"), topic="t")
+    [said] = [e for e in logs if e["event"] == "sampling_key_missing"]
+    assert said["key"] == "session_id"
+    assert said["log_level"] == "warning"

@@ -74,7 +74,8 @@ class Pipeline:
         load_plugins(settings.plugins)
         self.settings = settings
         self.metrics = metrics
-        self._sampler = Sampler(settings.sampling)
+        self._key_missing_said = False
+        self._sampler = Sampler(settings.sampling, self._key_missing)
         self._router = Router(settings.routes, settings.worker.routing)
         self._routes = build_routes(settings, judges, metrics, self._sampler)
         #: No route samples above this rate: events whose fraction is higher can be skipped
@@ -88,6 +89,16 @@ class Pipeline:
         self._log_content = settings.logging.log_content
         self._canaries = settings.canaries.enabled
         self._calibration = Calibration(metrics)
+
+    def _key_missing(self) -> None:
+        """Say once that events lack the sampling key: with ``session_id``, a format or
+        producer that never sets one samples every event on its own, not per conversation,
+        which only the traffic can tell."""
+        if not self._key_missing_said:
+            self._key_missing_said = True
+            log.warning("sampling_key_missing", key=self.settings.sampling.key,
+                        note="events without it are sampled on their event_id, each on its "
+                             "own (said once per process)")
 
     @property
     def evaluators(self) -> list[Evaluator[Any]]:
