@@ -416,6 +416,27 @@ def test_off_topic_rules_follow_the_configured_evaluator_name() -> None:
         assert 'evaluator="topic"' not in expr
 
 
+_TOPIC_ROUTES = [{"name": "r", "evaluators": [
+    {"evaluator": "topic", "name": "topic_llm", "params": {"topics": {"billing": "Bills"}}}]}]
+
+
+def test_off_topic_rules_watching_no_topic_evaluator_fail_to_render() -> None:
+    # Before: rendered, and the off-topic rules watched evaluator="topic", which no result
+    # carried: the alert could never fire.
+    values: dict[str, Any] = {"prometheusRule": {"enabled": True},
+                              "config": {"routes": _TOPIC_ROUTES}}
+    with pytest.raises(helm.HelmError, match=r'topicEvaluator is "topic", but config.routes '
+                                             r"name their topic evaluator\(s\) topic_llm"):
+        render(values)
+    # Pointed at it, or with routes the chart cannot see (from the environment), it renders.
+    one(render({**values, "prometheusRule": {"enabled": True, "topicEvaluator": "topic_llm"}}),
+        "PrometheusRule")
+    render({**values, "extraEnv": [{"name": "EVALSTREAM_ROUTES", "value": "[]"}]})
+    render({**values, "extraEnvFrom": [{"configMapRef": {"name": "more-env"}}]})
+    # Without a topic evaluator in the routes the rules have no data, and mislead no one.
+    one(render({"prometheusRule": {"enabled": True}}), "PrometheusRule")
+
+
 def test_service_monitor_job_matches_the_availability_alerts(
     all_on_docs: list[Manifest],
 ) -> None:
