@@ -293,3 +293,18 @@ async def test_events_without_the_sampling_key_are_said_once() -> None:
     [said] = [e for e in logs if e["event"] == "sampling_key_missing"]
     assert said["key"] == "session_id"
     assert said["log_level"] == "warning"
+
+
+@pytest.mark.parametrize(("spec", "said"), [
+    ({"evaluator": "topic_adherence",
+      "params": {"criteria": "Orders and billing.", "criteria_attribute": "scope"}},
+     "params.criteria_attribute: never read, as criteria is set"),
+    ({"evaluator": "role_adherence",
+      "params": {"chatbot_role": "A shop assistant.", "role_from_system_prompt": True}},
+     "params.role_from_system_prompt: no effect, as chatbot_role is set"),
+])
+def test_params_idle_beside_the_one_that_wins_are_said(spec: dict[str, Any], said: str) -> None:
+    [warning] = warnings_for(routes=[route("r", evaluators=[spec])])
+    assert warning.startswith(f"routes[0] (r) evaluator {spec['evaluator']!r}: {said}")
+    alone = {**spec, "params": dict(list(spec["params"].items())[:1])}
+    assert warnings_for(routes=[route("r", evaluators=[alone])]) == []

@@ -182,6 +182,8 @@ def config_warnings(settings: Settings, pipeline: Pipeline) -> list[str]:
                      f"in use): they are never asked")
     specs = [(ri, r.name, spec) for ri, r in enumerate(routes) for spec in r.evaluators]
     for (ri, name, spec), evaluator in zip(specs, pipeline.evaluators, strict=True):
+        found.extend(f"routes[{ri}] ({name}) evaluator {spec.label!r}: params.{why}"
+                     for why in evaluator.params.unused())
         if (spec.reasons == "failures" and isinstance(evaluator, LabelEvaluator)
                 and not evaluator.fail_labels()):
             found.append(f"routes[{ri}] ({name}) evaluator {spec.label!r}: reasons: failures "

@@ -38,6 +38,13 @@ class EvaluatorParams(BaseModel):
         """
         return ()
 
+    def unused(self) -> tuple[str, ...]:
+        """Params set here that the evaluator never reads in this combination, each as
+        ``"<param>: why"``. Said at start-up (not refused: the evaluator works, one setting
+        is idle), so that an idle setting is not mistaken for one in effect.
+        """
+        return ()
+
 
 P = TypeVar("P", bound=EvaluatorParams)
 

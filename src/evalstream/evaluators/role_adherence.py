@@ -58,6 +58,13 @@ class RoleAdherenceParams(TextParams):
     #: Turn verdicts remembered (a bounded LRU; one entry per distinct role+turn).
     cache_size: int = Field(default=10_000, ge=0)
 
+    def unused(self) -> tuple[str, ...]:
+        """``role_from_system_prompt`` beside ``chatbot_role``: the configured role wins."""
+        if self.chatbot_role is not None and self.role_from_system_prompt:
+            return ("role_from_system_prompt: no effect, as chatbot_role is set and always "
+                    "wins over the system prompt",)
+        return ()
+
     @model_validator(mode="after")
     def _has_role(self) -> RoleAdherenceParams:
         if self.chatbot_role is None and not self.role_from_system_prompt:

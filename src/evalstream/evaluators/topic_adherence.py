@@ -41,8 +41,16 @@ class TopicAdherenceParams(BinaryParams):
     include_conversation: bool = True
 
     def event_attributes(self) -> tuple[str, ...]:
-        """``criteria_attribute``, when set: the evaluator reads each event's criteria there."""
-        return (self.criteria_attribute,) if self.criteria_attribute else ()
+        """``criteria_attribute``, when it is read (no ``criteria``): each event's criteria."""
+        if self.criteria_attribute is None or self.criteria is not None:
+            return ()
+        return (self.criteria_attribute,)
+
+    def unused(self) -> tuple[str, ...]:
+        """``criteria_attribute`` beside ``criteria``: the configured criteria always win."""
+        if self.criteria is not None and self.criteria_attribute is not None:
+            return ("criteria_attribute: never read, as criteria is set and always wins",)
+        return ()
 
     @model_validator(mode="after")
     def _has_scope(self) -> TopicAdherenceParams:
