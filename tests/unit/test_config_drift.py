@@ -67,7 +67,7 @@ LABELS = ("routes:\n  - name: support\n    evaluators:\n      - {evaluator: sent
 
 
 @pytest.mark.parametrize("watch", ["", "drift:\n  watch_labels: {subject: orders, "
-                                       "sentiment: positive, refusal: anything}\n"])
+                                       "sentiment: positive, refusal: refused}\n"])
 def test_watched_labels_the_evaluators_give_load(watch: str, tmp_path: Path) -> None:
     from evalstream.app.checks import check_settings
 
@@ -81,6 +81,12 @@ def test_watched_labels_the_evaluators_give_load(watch: str, tmp_path: Path) -> 
     ("{subject: billing}", "drift.watch_labels.subject: 'billing' is not a label that "
                            "routes[0] (support) evaluator 'subject' gives (labels: "
                            "['orders', 'other'])"),
+    # Not a label evaluator, but its results have a closed label set, whose share the drift
+    # engine watches: a label outside it was accepted and never matched (checked: fails
+    # without the change).
+    ("{refusal: anything}", "drift.watch_labels.refusal: 'anything' is not a label that "
+                            "routes[0] (support) evaluator 'refusal' gives (labels: "
+                            "['not_refused', 'refused'])"),
 ])
 def test_a_watched_label_the_evaluator_never_gives_is_refused(
         watch: str, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -46,7 +46,7 @@ def check_route_topics(settings: Settings) -> None:
 
 
 def check_watch_labels(settings: Settings, pipeline: Pipeline) -> None:
-    """Every label ``drift.watch_labels`` watches is one its label evaluator can give.
+    """Every label ``drift.watch_labels`` watches is one its evaluator can give.
 
     A misspelt label (``sentiment: negatve``) never matches a result: its share stays 0 and
     the alert the operator asked for can never fire. Checked against the built evaluators,
@@ -62,8 +62,11 @@ def check_watch_labels(settings: Settings, pipeline: Pipeline) -> None:
              for spec in route.evaluators]
     for (ri, route, name), evaluator in zip(specs, pipeline.evaluators, strict=True):
         label = watched.get(name)
+        # Any evaluator with a closed label set, not only label evaluators: the drift engine
+        # watches the share of a label of any evaluator's results (refusal's "refused").
+        # An open set (labels() empty, e.g. "87% yes") cannot be checked.
         options = evaluator.labels()
-        if label is None or not evaluator.is_label_evaluator or label in options:
+        if label is None or not options or label in options:
             continue
         raise ConfigError(f"drift.watch_labels.{name}: {label!r} is not a label that "
                           f"routes[{ri}] ({route}) evaluator {name!r} gives "

@@ -68,7 +68,9 @@ class DriftSettings(Section):
     cap_ratio: float = Field(default=1.5, ge=1.0)
 
     # --- label mix ------------------------------------------------------------------
-    #: Label evaluators to watch: evaluator name -> the label whose share must not rise.
+    #: Evaluators to watch: evaluator name -> the label whose share must not rise. Label
+    #: evaluators, or any whose results have a closed label set (``refusal: refused``);
+    #: the label must be one the evaluator gives (checked at start-up).
     watch_labels: dict[str, str] = Field(
         default_factory=lambda: {"topic": "other", "sentiment": "negative"})
     #: Smallest absolute rise in the watched label's share worth detecting.
