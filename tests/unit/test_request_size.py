@@ -71,6 +71,14 @@ def test_the_floor_is_exact_and_grows_with_the_copied_attributes() -> None:
     assert floor_of(wide) < 4_194_304  # the default max_request_size holds any of them
 
 
+def test_a_route_at_rate_0_is_no_error_result_and_no_crash() -> None:
+    # A rate of 0 publishes nothing; an error result at rate 0 cannot even be built.
+    config = settings(routes=[{"name": "off", "sample_rate": 0,
+                               "evaluators": [{"evaluator": "unit_scripted"}]}])
+    assert pipeline_of(config).largest_error_results() == []
+    check_request_size(config, pipeline_of(config))
+
+
 def test_the_default_max_request_size_passes() -> None:
     config = settings()
     check_request_size(config, pipeline_of(config))

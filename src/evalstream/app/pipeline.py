@@ -351,8 +351,10 @@ class Pipeline:
             attributes=dict.fromkeys(self._result_attributes, widest * _MAX_ATTRIBUTE_CHARS),
             timestamp=datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC))
         error = widest * _MAX_ERROR_CHARS
+        # A rate of 0 publishes nothing (canaries included), and a result's rate is > 0.
         return [self.failed(event, planned, error)
-                for runtime in self._routes for planned in runtime.planned]
+                for runtime in self._routes for planned in runtime.planned
+                if planned.sample_rate > 0.0]
 
     def record(self, planned: Planned, result: EvalResult) -> None:
         """Count a result of ``planned`` that is now durable: its outcome (``passed``,
