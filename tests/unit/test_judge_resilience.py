@@ -37,6 +37,15 @@ def test_backoff_ceiling_doubles_per_attempt_up_to_the_cap(attempt: int,
     assert max(delays) > 0.5 + 0.9 * (ceiling - 0.5)
 
 
+@pytest.mark.parametrize("attempt", [1100, 10**6])
+def test_backoff_of_a_very_late_attempt_is_capped_not_an_overflow(attempt: int) -> None:
+    # Retries until a deadline (rate limiting) can count this far with a small base:
+    # base * 2**attempt raised OverflowError out of the judge instead of waiting.
+    rng = random.Random(attempt)
+    delays = [backoff_delay(attempt, 0.001, 0.01, rng=rng) for _ in range(50)]
+    assert all(0.001 <= d <= 0.01 for d in delays)
+
+
 def test_retry_after_is_a_floor_with_bounded_jitter() -> None:
     rng = random.Random(2)
     for _ in range(200):

@@ -155,7 +155,9 @@ def backoff_delay(attempt: int, base: float, cap: float, retry_after: float | No
     a floor, honoured even above ``cap`` (the caller's deadline still bounds the wait).
     """
     r = rng or random
-    ceiling = min(cap, base * (2 ** attempt))
+    # The exponent is bounded: retries until a deadline (rate limiting) may count past
+    # 1024 attempts with a small base, and base * 2**1100 is an OverflowError, not inf.
+    ceiling = min(cap, base * (2 ** min(attempt, 64)))
     delay = r.uniform(min(base, ceiling), ceiling)
     if retry_after is not None:
         delay = max(delay, retry_after + r.uniform(0, base / 2))
