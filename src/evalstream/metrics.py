@@ -143,6 +143,16 @@ class Metrics:
             "Judge requests waiting at the spend cap for spend to leave its window "
             "(on_spend_cap: wait; this replica).",
             ["judge"], registry=r)
+        self.judge_rate_limit_pause = Gauge(
+            "evalstream_judge_rate_limit_pause_seconds",
+            "Seconds left of the judge-wide pause after rate limiting (HTTP 429): no request "
+            "goes to the judge until then; 0 when not paused (this replica).",
+            ["judge"], registry=r)
+        self.judge_rate_limit_paused = Counter(
+            "evalstream_judge_rate_limit_paused_seconds_total",
+            "Seconds the judge was paused by rate limiting (HTTP 429), counted as each pause "
+            "is set or extended (this replica).",
+            ["judge"], registry=r)
         self.judge_cache_hits = Counter(
             "evalstream_judge_cache_hits_total", "Judge answers served from the cache.",
             ["judge"], registry=r)

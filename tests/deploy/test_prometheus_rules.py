@@ -57,7 +57,7 @@ def test_unit_tests_cover_spike_quiet_and_small_sample() -> None:
     # Availability alerts: each shown firing, and quiet on healthy input.
     availability = {"EvalstreamDown", "EvalstreamTargetDown", "EvalstreamOffsetCommitErrors",
                     "EvalstreamJudgeCircuitOpen", "EvalstreamJudgeErrors",
-                    "EvalstreamJudgeSpendCapReached"}
+                    "EvalstreamJudgeSpendCapReached", "EvalstreamJudgeRateLimited"}
     assert availability <= fired
     assert availability <= silent
 

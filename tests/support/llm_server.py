@@ -68,6 +68,7 @@ class FakeLLM:
     text: str = '{"output": "yes"}'
     delay_s: float = 0.0
     timeout_delay_s: float = 5.0
+    #: The 429's Retry-After header ("" sends none).
     retry_after: str = "0"
     always: str | None = None
     received: list[Received] = field(default_factory=list)
@@ -160,7 +161,7 @@ class FakeLLM:
         if fault == "429":
             await self._send(writer, 429, {"error": {"message": "Rate limit reached",
                                                      "type": "requests"}},
-                             {"Retry-After": self.retry_after})
+                             {"Retry-After": self.retry_after} if self.retry_after else None)
             return True
         if fault in ("500", "503"):
             await self._send(writer, int(fault), {"error": {"message": "upstream overloaded"}})

@@ -12,7 +12,8 @@ charsets, gzip bodies (valid and not), truncated and dripped bodies. For each an
   or raises ``JudgeError`` (never another exception type);
 * an HTTP error status is retryable exactly when its semantics say so (408, 409, 425, 429
   and 5xx; the pinned table below also checks how often each is sent), and the work is
-  bounded (at most ``max_retries + 1`` attempts per logical request);
+  bounded (at most ``max_retries + 1`` attempts per logical request, not counting the
+  rate-limited ones with ``rate_limit_retry: until_deadline``: the deadline bounds those);
 * the API key is never in the error message, however the server echoes it;
 * the call ends within the deadline (plus a margin for a loaded machine), and a body
   over the size limit, on the wire or once inflated, is refused without being held;
@@ -110,6 +111,8 @@ class WireLLM(FakeLLM):
 
     answers: list[Answer] = field(default_factory=list)
     sent: int = 0
+    #: Attempts the judge counted as rate limited in the first question (run_case).
+    rate_limited: int = 0
 
     async def _respond(self, writer: asyncio.StreamWriter, path: str, body: Any,
                        headers: dict[str, str]) -> bool:
@@ -312,6 +315,7 @@ class Case:
     on_missing_options: str
     max_retries: int
     circuit_failures: int
+    rate_limit_retry: str = "until_deadline"
 
 
 @st.composite
@@ -321,7 +325,8 @@ def cases(draw: st.DrawFn) -> Case:
                 options=draw(st.sampled_from([YES_NO, SCALE])),
                 logprobs=draw(st.sampled_from(["auto", "auto", "always", "never"])),
                 on_missing_options=draw(st.sampled_from(["error", "json"])),
-                max_retries=draw(st.integers(0, 2)), circuit_failures=draw(st.integers(1, 3)))
+                max_retries=draw(st.integers(0, 2)), circuit_failures=draw(st.integers(1, 3)),
+                rate_limit_retry=draw(st.sampled_from(["until_deadline", "max_retries"])))
 
 
 # --- the judge and its checks ------------------------------------------------------------
@@ -333,7 +338,8 @@ def make_judge(server: FakeLLM, case: Case, metrics: Metrics) -> OpenAIJudge:
         logprobs=case.logprobs, on_missing_options=case.on_missing_options,
         timeout_s=TIMEOUT_S, deadline_s=DEADLINE_S, max_retries=case.max_retries,
         backoff_base_s=0.001, backoff_max_s=0.01, circuit_failures=case.circuit_failures,
-        circuit_reset_s=0.02, cache_size=0, top_logprobs=5)
+        circuit_reset_s=0.02, cache_size=0, top_logprobs=5,
+        rate_limit_retry=case.rate_limit_retry)
     return OpenAIJudge("llm", config, metrics)
 
 
@@ -402,6 +408,9 @@ async def run_case(case: Case) -> tuple[Any, float, WireLLM]:
         judge = make_judge(server, case, metrics)
         try:
             outcome, took = await ask(judge, case.options)
+            server.rate_limited = int(metrics.registry.get_sample_value(
+                "evalstream_judge_requests_total", {"judge": "llm", "outcome": "rate_limited"})
+                or 0)
             check_breaker(judge, metrics)
             # The backend recovers: the judge answers again (the breaker, the logprobs
             # mode and the connection pool were not left broken).
@@ -424,8 +433,10 @@ def check_outcome(case: Case, outcome: Any, took: float, server: WireLLM) -> Non
             assert took >= DEADLINE_S * 0.9, took
     else:
         check_judgement(dict(outcome.probabilities), case.options)
-    # Bounded work: each of the (at most two) logical requests tries max_retries + 1 times.
-    assert server.sent <= 2 * (case.max_retries + 1), server.sent
+    # Bounded work: each of the (at most two) logical requests tries max_retries + 1 times;
+    # until its deadline when rate limited (until_deadline), those attempts spend none.
+    exempt = server.rate_limited if case.rate_limit_retry == "until_deadline" else 0
+    assert server.sent <= 2 * (case.max_retries + 1) + exempt, (server.sent, exempt)
 
 
 @FUZZ
@@ -500,9 +511,12 @@ async def test_an_error_message_with_a_lone_surrogate_makes_a_publishable_result
 
 def status_case(status: int, body: bytes = b'{"error": {"message": "m"}}',
                 headers: tuple[tuple[str, str], ...] = (("Content-Type", "application/json"),),
-                max_retries: int = 1) -> Case:
+                max_retries: int = 1, rate_limit_retry: str = "max_retries") -> Case:
+    """One status, answered again and again. 429 counts against max_retries here unless
+    asked otherwise, so that every retryable status is tried the same number of times."""
     answer = Answer(http(status, body, headers), close=status < 200 or status in (204, 304))
-    return Case("openai_chat", [answer], YES_NO, "never", "error", max_retries, 5)
+    return Case("openai_chat", [answer], YES_NO, "never", "error", max_retries, 5,
+                rate_limit_retry)
 
 
 @pytest.mark.parametrize("status", [s for s in STATUSES if s >= 300])
@@ -517,6 +531,20 @@ async def test_every_error_status_is_classified_by_its_semantics(status: int) ->
     wanted = expected_retryable(status)
     assert outcome.retryable is bool(wanted)
     assert server.sent == (2 if wanted else 1)
+    check_outcome(case, outcome, took, server)
+
+
+async def test_a_429_is_retried_until_the_deadline_by_default() -> None:
+    """With rate_limit_retry: until_deadline a 429 spends no retry: max_retries 1, yet it is
+    sent until the deadline ends it, as an unavailable judge naming the 429."""
+    case = status_case(429, headers=(("Content-Type", "application/json"),
+                                     ("Retry-After", "0.05")),
+                       rate_limit_retry="until_deadline")
+    outcome, took, server = await run_case(case)
+    assert isinstance(outcome, JudgeUnavailableError), outcome
+    assert "HTTP 429" in str(outcome)
+    assert server.rate_limited > 2
+    assert server.sent == server.rate_limited  # each one sent was answered with the 429
     check_outcome(case, outcome, took, server)
 
 

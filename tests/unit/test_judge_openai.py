@@ -262,7 +262,9 @@ async def test_only_a_failing_backend_opens_the_circuit(fault: str, state: Circu
     # A 4xx is an answer (the request, or its rate, was at fault); no answer, a 5xx or an
     # unreadable 200 body says the backend itself is unhealthy.
     async with llm_server(always=fault) as server:
-        judge = make_judge(server, max_retries=0, circuit_failures=1, circuit_reset_s=60)
+        # rate_limit_retry: max_retries, or a 429 is retried until the deadline (10 s).
+        judge = make_judge(server, max_retries=0, circuit_failures=1, circuit_reset_s=60,
+                           rate_limit_retry="max_retries")
         with pytest.raises(JudgeError):
             await judge.judge(question())
         await judge.aclose()

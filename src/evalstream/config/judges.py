@@ -118,7 +118,18 @@ class OpenAIJudgeConfig(Section):
     max_concurrency: int = Field(default=16, ge=1)
     requests_per_s: float | None = Field(default=None, gt=0)
     tokens_per_min: int | None = Field(default=None, gt=0)
+    #: Retries of a failed attempt that is worth retrying (5xx, timeouts, resets, 408/409/
+    #: 425), with jittered backoff honouring ``Retry-After``; then an error result.
     max_retries: int = Field(default=4, ge=0)
+    #: Rate limiting (HTTP 429): "until_deadline" retries it (Retry-After honoured,
+    #: jittered backoff) until the request's ``deadline_s``, whatever ``max_retries`` says,
+    #: so a rate-limited period holds the work (in-flight slots fill, partitions pause, the
+    #: period becomes consumer lag) and only a period past ``deadline_s`` ends as error
+    #: results naming the 429. "max_retries" counts 429s like other retryable errors.
+    #: Either way a 429 pauses the whole judge (every request waits) until its
+    #: Retry-After, at most ``backoff_max_s``, or, without one, for a backoff once 429s
+    #: come in a row.
+    rate_limit_retry: Literal["until_deadline", "max_retries"] = "until_deadline"
     backoff_base_s: float = Field(default=0.5, gt=0)
     backoff_max_s: float = Field(default=30.0, gt=0)
     circuit_failures: int = Field(default=5, ge=1)

@@ -1,12 +1,21 @@
 """One logical request to an OpenAI-compatible endpoint: limits, breaker and retries.
 
 Every request of an ``OpenAIJudge`` goes through :meth:`RequestSender.send`: the spend cap
-(refuses before anything is sent), the circuit breaker (waits while open), rate limits
-(token buckets), a concurrency slot (``max_concurrency``), the HTTP call, classification
-of the outcome (``openai_wire.classify_response``; the judge's ``should_retry`` decides
-what is retried), jittered backoff honouring ``Retry-After``. It accounts what each
-answered request cost (tokens, USD) to the metrics and the spend window. The caller's
-deadline (``asyncio.timeout`` around ``send``) bounds all of it.
+(refuses before anything is sent), the judge-wide rate-limit pause (waits while
+paused), the circuit breaker (waits while open), rate limits (token buckets), a
+concurrency slot (``max_concurrency``), the HTTP call, classification of the outcome
+(``openai_wire.classify_response``; the judge's ``should_retry`` decides what is
+retried), jittered backoff honouring ``Retry-After``. It accounts what each answered
+request cost (tokens, USD) to the metrics and the spend window. The caller's deadline
+(``asyncio.timeout`` around ``send``) bounds all of it.
+
+Rate limiting (HTTP 429) is the server asking for less, not a failure: with
+``rate_limit_retry: until_deadline`` a 429 is retried until the deadline, whatever
+``max_retries`` says (it spends none of them), so a rate-limited period is waited out
+and becomes consumer lag. And one 429 speaks for the whole judge: its ``Retry-After``
+(at most ``backoff_max_s``), or a backoff once 429s come in a row without one, pauses
+every request of the judge (``resilience.PauseGate``), instead of each request finding
+out with a 429 of its own.
 
 The API key lives only in the HTTP clients' default headers, and every error message is
 scrubbed of the judge's credentials (``scrub.Scrubber``) before it leaves.
@@ -29,6 +38,7 @@ from evalstream.judges.openai_wire import PATHS, Usage, classify_response, read_
 from evalstream.judges.resilience import (
     CircuitBreaker,
     CircuitState,
+    PauseGate,
     TokenBucket,
     backoff_delay,
 )
@@ -98,6 +108,13 @@ class RequestSender:
                                       on_change=lambda s: state_gauge.set(int(s)))
         self._in_flight = metrics.judge_in_flight.labels(name)
         self._in_flight.set(0)
+        #: The judge-wide pause after rate limiting; every request waits it out.
+        self.pause = PauseGate()
+        metrics.judge_rate_limit_pause.labels(name).set_function(self.pause.remaining)
+        self._paused_s = metrics.judge_rate_limit_paused.labels(name)
+        self._paused_s.inc(0)  # the series exists from start-up: an increase shows
+        # 429s answered in a row, judge-wide (any other outcome ends the run).
+        self._rate_limited_run = 0
 
     @property
     def circuit_state(self) -> CircuitState:
@@ -116,6 +133,9 @@ class RequestSender:
     async def send(self, payload: dict[str, Any], usage: Usage) -> Any:
         """POST ``payload`` until it is answered, refused or out of retries; the body.
 
+        A 429 spends no retry with ``rate_limit_retry: until_deadline``: only the caller's
+        deadline ends a rate-limited request.
+
         Raises:
             JudgeError: a non-retryable failure or retries exhausted (the class of
                 the last attempt's error, e.g. ``LogprobsRejectedError``).
@@ -126,36 +146,56 @@ class RequestSender:
             payload.get("max_tokens") or payload.get("n_predict") or 1)
             if self._tpm is not None else 0)
         attempt = 0
+        retries = 0  # the attempts that count against max_retries
         while True:
             # Before every request of the logical call (retries and fallbacks too), so a
             # reached cap stops what is not sent yet.
             self._spend.check()
-            probe = await self.breaker.acquire()
-            recorded = False
+            # Before the token buckets: the requests held back by a pause then leave at
+            # the configured rate, not all at once. The jitter spreads them out too.
+            pause_probe = await self.pause.acquire(self.config.backoff_base_s / 2)
+            settled = False
             try:
-                if self._rps is not None:
-                    await self._rps.take(1.0)
-                if self._tpm is not None:
-                    await self._tpm.take(float(estimate))
-                attempt += 1
-                usage.requests += 1
-                body, error = await self._attempt(payload, usage)
-                # record() waits for the breaker's lock, so a deadline can cancel it too.
-                await self.breaker.record(_backend_answered(error), probe=probe)
-                recorded = True
+                probe = await self.breaker.acquire()
+                recorded = False
+                try:
+                    if self._rps is not None:
+                        await self._rps.take(1.0)
+                    if self._tpm is not None:
+                        await self._tpm.take(float(estimate))
+                    attempt += 1
+                    usage.requests += 1
+                    body, error = await self._attempt(payload, usage)
+                    # record() waits for the breaker's lock, so a deadline can cancel it.
+                    await self.breaker.record(_backend_answered(error), probe=probe)
+                    recorded = True
+                finally:
+                    if not recorded:
+                        # Ended without an outcome (cancelled, or an unexpected error): a
+                        # half-open probe that is never released keeps the breaker
+                        # half-open, and every later request waits for it until its deadline.
+                        await self.breaker.abandon(probe=probe)
+                rate_limited = error is not None and error.status == 429
+                if error is not None and rate_limited:
+                    self._pause_for(error)  # before settle(): the waiters see the new pause
+                else:
+                    self._rate_limited_run = 0
+                self.pause.settle(pause_probe, rate_limited=rate_limited)
+                settled = True
             finally:
-                if not recorded:
-                    # Ended without an outcome (cancelled, or an unexpected error): a
-                    # half-open probe that is never released keeps the breaker half-open,
-                    # and every later request waits for it until its deadline.
-                    await self.breaker.abandon(probe=probe)
+                if not settled:
+                    # Likewise for the pause's probe: the requests waiting for its outcome
+                    # would wait until their deadlines.
+                    self.pause.abandon(pause_probe)
             if error is None:
                 self._metrics.judge_requests.labels(self.name, "ok").inc()
                 if self._tpm is not None and usage.tokens_in + usage.tokens_out > estimate:
                     self._tpm.debit(usage.tokens_in + usage.tokens_out - estimate)
                 return body
             usage.last_error = str(error)
-            if not self._should_retry(error) or attempt > self.config.max_retries:
+            if not (rate_limited and self.config.rate_limit_retry == "until_deadline"):
+                retries += 1
+            if not self._should_retry(error) or retries > self.config.max_retries:
                 self._metrics.judge_requests.labels(self.name, "error").inc()
                 final = f"{error} (after {attempt} attempt{'s' if attempt > 1 else ''})"
                 _log.error("judge_request_failed", judge=self.name, status=error.status,
@@ -164,13 +204,34 @@ class RequestSender:
                 # logprobs parameters from any other 400 by it.
                 raise type(error)(self._redact(final), retryable=error.retryable,
                                   status=error.status, retry_after=error.retry_after)
-            outcome = "rate_limited" if error.status == 429 else "retry"
+            outcome = "rate_limited" if rate_limited else "retry"
             self._metrics.judge_requests.labels(self.name, outcome).inc()
             delay = backoff_delay(attempt, self.config.backoff_base_s, self.config.backoff_max_s,
                                   error.retry_after)
             _log.warning("judge_request_retry", judge=self.name, status=error.status,
                          attempt=attempt, delay_s=round(delay, 3))
             await asyncio.sleep(delay)
+
+    def _pause_for(self, error: JudgeError) -> None:
+        """Pause the whole judge after a 429: until its ``Retry-After`` (at most
+        ``backoff_max_s``: a bogus "1e9" must not stop the judge for good; the request
+        that got it still honours all of it), or without one, once 429s come in a row,
+        for a backoff that grows with the run."""
+        self._rate_limited_run += 1
+        if error.retry_after is not None:
+            pause = min(error.retry_after, self.config.backoff_max_s)
+        elif self._rate_limited_run >= 2:
+            pause = backoff_delay(self._rate_limited_run - 1, self.config.backoff_base_s,
+                                  self.config.backoff_max_s)
+        else:
+            return  # one 429 without Retry-After may be that request's own (its size)
+        was_paused = self.pause.remaining() > 0
+        added = self.pause.hold(pause)
+        if added > 0:
+            self._paused_s.inc(added)
+            if not was_paused:
+                _log.warning("judge_rate_limit_pause", judge=self.name,
+                             pause_s=round(pause, 3), rate_limited_in_a_row=self._rate_limited_run)
 
     async def _attempt(self, payload: dict[str, Any],
                        usage: Usage) -> tuple[Any, JudgeError | None]:

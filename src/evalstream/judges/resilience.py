@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-__all__ = ["CircuitBreaker", "CircuitState", "TokenBucket", "backoff_delay", "parse_retry_after"]
+__all__ = ["CircuitBreaker", "CircuitState", "PauseGate", "TokenBucket", "backoff_delay",
+           "parse_retry_after"]
 
 
 class TokenBucket:
@@ -59,6 +60,91 @@ class TokenBucket:
         """Take ``amount`` more without waiting (actual usage exceeded the estimate)."""
         self._refill()
         self._tokens -= amount
+
+
+class PauseGate:
+    """A judge-wide pause after rate limiting: a shared "not before" time, then one probe.
+
+    :meth:`hold` moves the time later (never earlier), so the longest pause asked for wins.
+    :meth:`acquire` sleeps until it has passed (again if it moved meanwhile), each waiter
+    with its own jitter. Once a pause has passed, one request goes first as the probe and
+    the others wait for its outcome (:meth:`settle`): rate limited again, a new pause has
+    been set and they wait it out; anything else lifts the pause for all. So while a
+    server keeps rate limiting, about one request per pause reaches it, not every waiting
+    request at once. Any request answered other than with a 429 (probe or not) lifts it.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic,
+                 rng: random.Random | None = None) -> None:
+        self._until = 0.0
+        # A pause was held and no request has been answered (other than with a 429) since.
+        self._tripped = False
+        self._probing = False
+        self._settled = asyncio.Event()
+        self._clock = clock
+        self._rng = rng or random.Random()
+
+    @property
+    def paused(self) -> bool:
+        """Whether requests are held back (a pause, or its probe's outcome, is awaited)."""
+        return self._tripped
+
+    def remaining(self) -> float:
+        """Seconds until the pause ends (0 when there is none)."""
+        return max(0.0, self._until - self._clock())
+
+    def hold(self, seconds: float) -> float:
+        """Pause until ``seconds`` from now, unless a pause already lasts longer.
+
+        Returns:
+            The seconds this added to the pause (0 when it already lasted as long).
+        """
+        now = self._clock()
+        until = now + seconds
+        if not until > max(self._until, now):  # also refuses a NaN
+            return 0.0
+        added = until - max(self._until, now)
+        self._until = until
+        self._tripped = True
+        return added
+
+    async def acquire(self, jitter_s: float = 0.0) -> bool:
+        """Wait until a request may go. Returns True when it goes as the pause's probe.
+
+        The caller must :meth:`settle` or :meth:`abandon` with what this returned.
+        """
+        while True:
+            left = self.remaining()
+            if left > 0:
+                await asyncio.sleep(left + self._rng.uniform(0, jitter_s))
+                continue
+            if not self._tripped:
+                return False
+            if not self._probing:
+                self._probing = True
+                return True
+            await self._settled.wait()
+
+    def settle(self, probe: bool, *, rate_limited: bool) -> None:
+        """A request's outcome: ``rate_limited`` (a 429; :meth:`hold` was called for it
+        first) keeps the judge paused; any other answer lifts the pause's hold."""
+        if not rate_limited:
+            self._tripped = False
+        if probe or not rate_limited:
+            self._release(probe)
+
+    def abandon(self, probe: bool) -> None:
+        """A request ended without an outcome (cancelled): free the probe's place."""
+        self._release(probe)
+
+    def _release(self, probe: bool) -> None:
+        if probe:
+            self._probing = False
+        # Wakes the requests waiting for the probe: they look again (lifted, paused anew,
+        # or, the probe abandoned, one of them probes). A fresh event for the next wait:
+        # one left set would make every later wait return at once, a busy loop.
+        self._settled.set()
+        self._settled = asyncio.Event()
 
 
 class CircuitState(enum.IntEnum):
