@@ -168,6 +168,27 @@ async def test_the_pause_gauge_shows_a_judge_paused_now() -> None:
         await judge.aclose()
 
 
+async def test_a_request_held_at_the_pause_past_its_deadline_names_the_429() -> None:
+    """It sent nothing ("after 0 request(s)"): its error still says why it waited (it
+    said only "no answer within the 1s deadline")."""
+    metrics = Metrics()
+    async with llm_server(retry_after="5") as server:
+        server.fail_next("429")
+        judge = make_judge(server, metrics, backoff_max_s=2.0, deadline_s=1.0, timeout_s=0.5)
+        first = asyncio.create_task(judge.judge(question(1)))
+        while not judge._sender.pause.paused:
+            await asyncio.sleep(0.01)
+        with pytest.raises(JudgeUnavailableError) as info:
+            await judge.judge(question(2))
+        await asyncio.gather(first, return_exceptions=True)
+        await judge.aclose()
+    message = str(info.value)
+    assert "after 0 request(s)" in message, message
+    assert "HTTP 429" in message, message
+    assert "waited at the judge-wide pause" in message, message
+    assert len(server.posts) == 1
+
+
 async def test_a_bogus_huge_retry_after_pauses_the_judge_for_at_most_backoff_max_s() -> None:
     """"Retry-After: 1e9" must not stop the judge for good: the request that got it waits
     until its deadline, the others only backoff_max_s."""

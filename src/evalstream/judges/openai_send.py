@@ -115,6 +115,9 @@ class RequestSender:
         self._paused_s.inc(0)  # the series exists from start-up: an increase shows
         # 429s answered in a row, judge-wide (any other outcome ends the run).
         self._rate_limited_run = 0
+        # The last 429's message: the cause named by a request that waited at the pause
+        # for its whole deadline without sending anything ("after 0 request(s)").
+        self._last_rate_limit = ""
 
     @property
     def circuit_state(self) -> CircuitState:
@@ -153,6 +156,9 @@ class RequestSender:
             self._spend.check()
             # Before the token buckets: the requests held back by a pause then leave at
             # the configured rate, not all at once. The jitter spreads them out too.
+            if self.pause.paused and not usage.last_error:
+                usage.last_error = (f"{self._last_rate_limit} (to another request; this one "
+                                    f"waited at the judge-wide pause)")
             pause_probe = await self.pause.acquire(self.config.backoff_base_s / 2)
             settled = False
             try:
@@ -218,6 +224,7 @@ class RequestSender:
         that got it still honours all of it), or without one, once 429s come in a row,
         for a backoff that grows with the run."""
         self._rate_limited_run += 1
+        self._last_rate_limit = str(error)
         if error.retry_after is not None:
             pause = min(error.retry_after, self.config.backoff_max_s)
         elif self._rate_limited_run >= 2:
