@@ -4,9 +4,11 @@ The judge (``tests/support/llm_server.py``) answers every event, then for a few 
 returns 503, hangs, or refuses connections, then comes back. Meanwhile work is held as
 lag: evaluations wait (the circuit breaker opens, requests wait for it), in-flight work
 stops at ``worker.max_in_flight`` and the consumer pauses. Afterwards every event has one
-result with the judge's real answer: nothing was scored from the outage. An outage past a
-judge's budget (``deadline_s``, or ``max_retries`` for rate limiting, which the breaker
-does not count) is published as error results, named and counted as such.
+result with the judge's real answer: nothing was scored from the outage. A judge that
+rate limits (429 with Retry-After) is waited out the same way, through judge-wide pauses,
+whatever ``max_retries`` says. An outage past a judge's budget (``deadline_s``; or
+``max_retries`` for rate limiting with ``rate_limit_retry: max_retries``) is published as
+error results, named and counted as such.
 """
 
 from __future__ import annotations
@@ -151,15 +153,51 @@ async def test_a_judge_outage_is_held_as_lag_and_caught_up(broker: Broker, fault
     assert sample(worker, "evalstream_results_published_total", status="error") == 0
 
 
+async def test_a_rate_limited_judge_is_held_as_lag_and_caught_up(broker: Broker) -> None:
+    """429s for OUTAGE_S with max_retries 2 (this published error results): each request
+    is retried until its deadline (60 s), the judge pauses judge-wide on Retry-After, the
+    slots fill, intake pauses and the period is lag; afterwards every event has the
+    judge's answer."""
+    async def held(worker: Worker, topics: Topics) -> None:
+        await wait_for(lambda: worker.in_flight == MAX_IN_FLIGHT and worker.slots.paused,
+                       10, "intake paused at max_in_flight")
+        assert sample(worker, "evalstream_consumer_paused") == 1
+        await wait_for(lambda: sample(worker, "evalstream_judge_rate_limit_paused_seconds_total",
+                                      judge="llm") > 0, 5, "the judge-wide pause")
+        await wait_for(lambda: sum(sample(
+            worker, "evalstream_consumer_lag_messages", topic=topics.inputs,
+            partition=str(p)) for p in range(PARTITIONS)) > 0, 5, "consumer lag")
+        # A 429 is an answer: the breaker stays closed.
+        assert sample(worker, "evalstream_judge_circuit_state", judge="llm") == 0
+
+    async with llm_server(decide=decide, retry_after="0.2") as server:
+        worker, published = await run_through_outage(
+            broker, server, "429", judge_config(server, max_retries=2, deadline_s=60),
+            during=held)
+    for r in published:
+        check_answer(r)
+    assert worker.in_flight_peak == MAX_IN_FLIGHT
+    assert sample(worker, "evalstream_judge_requests_total", judge="llm",
+                  outcome="rate_limited") > 0
+    assert sample(worker, "evalstream_results_published_total", status="error") == 0
+    assert sample(worker, "evalstream_consumer_paused") == 0
+
+
 @pytest.mark.parametrize(("fault", "budget", "named", "counted"), [
     # Down past deadline_s: the waiting evaluations give up at their deadline.
-    ("refused", {"deadline_s": 1.0, "max_retries": 20}, "no answer within the 1s deadline",
+    ("refused", {"deadline_s": 1.0, "max_retries": 20}, ("no answer within the 1s deadline",),
      "deadline"),
-    # Rate limited past max_retries (429s are answers: the breaker stays closed).
-    ("429", {"deadline_s": 60, "max_retries": 2}, "HTTP 429", "error"),
-], ids=["down_past_deadline", "rate_limited_past_retries"])
+    # Rate limited past deadline_s: the error names the 429 it waited on.
+    ("429", {"deadline_s": 1.0, "max_retries": 2},
+     ("no answer within the 1s deadline", "HTTP 429"), "deadline"),
+    # Rate limited past max_retries, when 429s are counted as retries (they are answers:
+    # the breaker stays closed).
+    ("429", {"deadline_s": 60, "max_retries": 2, "rate_limit_retry": "max_retries"},
+     ("HTTP 429", "after 3 attempts"), "error"),
+], ids=["down_past_deadline", "rate_limited_past_deadline", "rate_limited_past_retries"])
 async def test_an_outage_past_the_judges_budget_publishes_named_error_results(
-        broker: Broker, fault: str, budget: dict[str, Any], named: str, counted: str) -> None:
+        broker: Broker, fault: str, budget: dict[str, Any], named: tuple[str, ...],
+        counted: str) -> None:
     async with llm_server(decide=decide, retry_after="0.2") as server:
         worker, published = await run_through_outage(
             broker, server, fault, judge_config(server, **budget))
@@ -169,7 +207,7 @@ async def test_an_outage_past_the_judges_budget_publishes_named_error_results(
         # An error is never a verdict: no score, label or pass/fail to be read as one.
         assert (r["score"], r["label"], r["passed"]) == (None, None, None)
         assert r["error"].startswith("judge: "), r["error"]
-        assert named in r["error"], r["error"]
+        assert all(n in r["error"] for n in named), r["error"]
     for r in published:
         if r["status"] == "ok":
             check_answer(r)
