@@ -178,6 +178,15 @@ def build() -> dict[str, object]:
         "ops",
         _q(f"sum by (judge, outcome) (rate(evalstream_judge_requests_total[{RATE}]))",
            "{{judge}} {{outcome}}"), width=8))
+    board = board.with_panel(_ts(
+        "Judge paused by rate limiting",
+        "Share of time each judge was paused after HTTP 429 (Retry-After; judge-wide), on "
+        "the most paused replica: evaluations wait and the input topics lag meanwhile "
+        "(rate_limit_retry: until_deadline). The EvalstreamJudgeRateLimited alert fires "
+        "above 50% for 10 minutes.",
+        "percentunit",
+        _q(f"max by (judge) (rate(evalstream_judge_rate_limit_paused_seconds_total[{RATE}]))",
+           "{{judge}}"), width=8, lo=0, hi=1))
 
     board = board.with_row(dash.Row("Judge calibration (canaries)"))
     board = board.with_panel(_ts(

@@ -80,6 +80,7 @@ def test_dashboard_covers_what_operators_watch() -> None:
         "evalstream_drift_statistic", "evalstream_topic_other_share",
         "evalstream_canary_agreement:ratio1h", "evalstream_canary_ece:ratio1h",
         "evalstream_canary_brier:mean1h", "evalstream_canary_evaluations_total",
+        "evalstream_judge_rate_limit_paused_seconds_total",
     ):
         assert needle in joined, needle
 
