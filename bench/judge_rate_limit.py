@@ -18,12 +18,12 @@ import asyncio
 import time
 
 import structlog
+from tests.support.llm_server import llm_server
 
 from evalstream.config import OpenAIJudgeConfig
 from evalstream.judges.base import JudgeRequest
 from evalstream.judges.openai_compat import OpenAIJudge
 from evalstream.metrics import Metrics
-from tests.support.llm_server import llm_server
 
 
 async def window(n: int, window_s: float, retry_after: str, pause: bool) -> tuple[int, float]:
