@@ -5,8 +5,10 @@ closed question is one request with ``max_tokens`` 1, ``temperature`` 0 and top 
 the answer is the first token's distribution over the options (``logprobs.py``). Without
 logprobs the judge asks for a strict JSON answer.
 
-Every request goes through the same path (``openai_send.RequestSender.send``): circuit
-breaker (waits while open), rate limits (token buckets), a concurrency slot
+Every request goes through the same path (``openai_send.RequestSender.send``): the
+judge-wide pause after rate limiting (waits while paused; a 429 is retried until the
+deadline with ``rate_limit_retry: until_deadline``), circuit breaker (waits while open),
+rate limits (token buckets), a concurrency slot
 (``max_concurrency``), the HTTP call, classification of the outcome (the backend decides
 what is retryable: ``should_retry``), jittered backoff honouring ``Retry-After``. The
 caller's deadline (``deadline_s``) bounds all of it and turns into
