@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
 from evalstream.app.worker import Worker
 from evalstream.config import load_settings
-from evalstream.events import RawRecord, dump_json
+from evalstream.errors import OutputRejectedError
+from evalstream.events import EvalResult, RawRecord, dump_json
 from evalstream.sinks.memory import MemorySink
 from evalstream.sources.memory import MemorySource
 from tests.integration.workerkit import wait_for
@@ -37,6 +39,18 @@ def worker(source: MemorySource, sink: MemorySink, gap_s: float) -> Worker:
         worker={"commit_interval_s": 0.05, "shutdown_timeout_s": 20},
         kafka={"session_timeout_ms": 45_000})
     return Worker(settings, registry=CollectorRegistry(), source=source, sink=sink)
+
+
+async def run_until(w: Worker, done: Callable[[], bool], what: str) -> None:
+    """Run ``w`` until ``done()``, then stop it; it must exit cleanly."""
+    ready = asyncio.Event()
+    run = asyncio.create_task(w.run(ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 5)
+        await wait_for(done, timeout=10, what=what)
+    finally:
+        w.request_stop()
+        assert await asyncio.wait_for(run, 10) == 0
 
 
 async def test_a_revoke_abandons_open_sessions_at_once_and_they_are_redone_whole() -> None:
@@ -83,16 +97,8 @@ async def test_a_canary_on_a_session_route_is_evaluated_on_its_own() -> None:
               "attributes": {"evalstream.canary": "true", "evalstream.gold.refusal": "false"}}
     source = MemorySource([record(0, 0, "a"), RawRecord("traces", 0, 1, dump_json(canary))])
     sink = MemorySink()
-    w = worker(source, sink, gap_s=0.2)
-    ready = asyncio.Event()
-    run = asyncio.create_task(w.run(ready))
-    try:
-        await asyncio.wait_for(ready.wait(), 5)
-        await wait_for(lambda: source.committed.get(TP0) == 2, timeout=10,
-                       what="both records committed")
-    finally:
-        w.request_stop()
-        assert await asyncio.wait_for(run, 10) == 0
+    await run_until(worker(source, sink, gap_s=0.2), lambda: source.committed.get(TP0) == 2,
+                    "both records committed")
     by_id = {r.event_id: r for r in sink.results}
     assert by_id["c-1"].canary
     assert by_id["c-1"].gold == "false"
@@ -100,3 +106,29 @@ async def test_a_canary_on_a_session_route_is_evaluated_on_its_own() -> None:
     (session,) = [r for r in sink.results if r.event_id != "c-1"]
     assert not session.canary
     assert session.details["session"]["event_ids"] == ["a-0"]
+
+
+
+async def test_a_session_result_the_broker_refuses_becomes_an_error_result() -> None:
+    """Its error result stands in for it (without the members' ids, which may be what made
+    it too large), is counted once as an error, and the members' offsets complete."""
+    source = MemorySource([record(0, 0, "a"), record(0, 1, "a")])
+    sink = MemorySink()
+    publish = sink.publish_result
+
+    async def refuse_ok_results(result: EvalResult) -> None:  # e.g. over the size limit
+        if result.status == "ok":
+            raise OutputRejectedError("results refused a record of 2000000 bytes")
+        await publish(result)
+
+    sink.publish_result = refuse_ok_results  # type: ignore[method-assign]
+    w = worker(source, sink, gap_s=0.2)
+    await run_until(w, lambda: source.committed.get(TP0) == 2, "both members committed")
+    (failed,) = sink.results
+    assert failed.status == "error"
+    assert failed.error == "result rejected: results refused a record of 2000000 bytes"
+    assert failed.details["session"]["closed"] == "gap"
+    assert "event_ids" not in failed.details["session"]
+    assert w.metrics.registry.get_sample_value(
+        "evalstream_evaluations_total", {"route": "chat", "evaluator": "refusal",
+                                         "outcome": "error"}) == 1

@@ -42,9 +42,10 @@ from evalstream.app.intake import SAMPLED_OUT, BatchCounts, Intake
 from evalstream.app.offsets import TP, OffsetTracker, PartitionState
 from evalstream.app.outputs import Outputs
 from evalstream.app.pipeline import Pipeline
+from evalstream.app.publish_result import ResultPublisher
 from evalstream.app.session_path import SessionPath
 from evalstream.errors import DecodeError, OutputRejectedError, SinkError
-from evalstream.events import CANARY_ATTRIBUTE, EvalResult, Record, TraceEvent
+from evalstream.events import CANARY_ATTRIBUTE, Record, TraceEvent
 from evalstream.judges.spend import WAIT_SCOPE
 from evalstream.logging import get_logger
 from evalstream.sampling import SCALE
@@ -95,6 +96,9 @@ class MessagePath:
         self.committer = committer
         self.slots = slots
         self._fail = fail
+        self._results = ResultPublisher(pipeline, outputs, fail)
+        #: Bound once: counting a result is on the per-evaluation path.
+        self._count = self._results.count
         self._dl_slots = asyncio.Semaphore(_DEAD_LETTER_CONCURRENCY)
         self._tasks: set[asyncio.Task[None]] = set()
         self._generation = 0
@@ -356,12 +360,11 @@ class MessagePath:
             topic=state.tp[0], partition=state.tp[1], offset=offset, event_id=event.event_id)
         # So a revoke can cancel this evaluation's waits at a judge's spend cap.
         WAIT_SCOPE.set(state.tp)
-        pipeline = self.pipeline
         try:
-            result = await pipeline.run(event, planned)
+            result = await self.pipeline.run(event, planned)
             if result is not None:
                 await self.outputs.result(result)
-                self._record(planned, result)
+                self._count(planned, result)
         except SinkError as exc:
             self._fail(exc)
             return
@@ -374,33 +377,18 @@ class MessagePath:
             raise
         except Exception as exc:
             # The broker refused this result for good (e.g. too large), or a bug past the
-            # pipeline's own guards (e.g. a plugin's ``details`` that JSON cannot hold).
-            # Publishing the error instead keeps the offset from being held forever, which
-            # would freeze the partition's commits (or, stopping, crash on every restart).
+            # pipeline's own guards (e.g. a plugin's ``details`` that JSON cannot hold):
+            # its error result stands in for it (``ResultPublisher.stand_in``).
             if isinstance(exc, OutputRejectedError):
                 log.warning("result_rejected", error=str(exc))
-                why = f"result rejected: {exc}"
             else:
                 log.error("evaluation_crashed", error_type=type(exc).__name__)
-                why = f"internal error: {type(exc).__name__}"
-            try:
-                failed = pipeline.failed(event, planned, why)
-                await self.outputs.result(failed)
-                self._record(planned, failed)
-            except Exception as again:
-                self._fail(again)
+            if not await self._results.stand_in(event, planned, exc):
                 return
         finally:
             self.slots.release()
         self.tracker.done(state, offset)
         self.committer.progressed()
-
-    def _record(self, planned: Planned, result: EvalResult) -> None:
-        """Count a published result; a failure here must not publish it a second time."""
-        try:
-            self.pipeline.record(planned, result)
-        except Exception as exc:
-            log.error("result_count_failed", error_type=type(exc).__name__)
 
     async def _dead_letter(self, record: Record, tp: TP, reason: str, error: str) -> None:
         with structlog.contextvars.bound_contextvars(

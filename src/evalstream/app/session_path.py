@@ -29,10 +29,11 @@ from evalstream.app.inflight import InFlight
 from evalstream.app.offsets import TP, OffsetTracker, PartitionState
 from evalstream.app.outputs import Outputs
 from evalstream.app.pipeline import Pipeline
+from evalstream.app.publish_result import ResultPublisher, with_details
 from evalstream.app.sessions import REASONS, Closed, Member, SessionStore, Window
 from evalstream.config import Settings
-from evalstream.errors import OutputRejectedError, SinkError
-from evalstream.events import EvalResult, Record, TraceEvent
+from evalstream.errors import SinkError
+from evalstream.events import Record, TraceEvent
 from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
 
@@ -71,6 +72,7 @@ class SessionPath:
         self._committer = committer
         self._slots = slots
         self._fail = fail
+        self._results = ResultPublisher(pipeline, outputs, fail)
         self._clock = clock
         self._closed = {(route, reason): metrics.sessions_closed.labels(route, reason).inc
                         for route in self.routes for reason in REASONS}
@@ -186,43 +188,22 @@ class SessionPath:
     async def _one(self, event: TraceEvent, planned: Planned, extra: dict[str, Any]) -> bool:
         """Run, publish and count one evaluation of a session (as the message path does
         for an event); False when its output could not be made durable."""
-        pipeline = self._pipeline
         await self._slots.acquire()
         try:
-            result = await pipeline.run(event, planned)
+            result = await self._pipeline.run(event, planned)
             if result is not None:
-                result = _with(result, extra)
+                result = with_details(result, extra)
                 await self._outputs.result(result)
-                self._record(planned, result)
+                self._results.count(planned, result)
         except SinkError as exc:
             self._fail(exc)
             return False
         except Exception as exc:  # refused for good, or a bug: publish the error instead
-            why = (f"result rejected: {exc}" if isinstance(exc, OutputRejectedError)
-                   else f"internal error: {type(exc).__name__}")
             log.warning("session_result_failed", error_type=type(exc).__name__)
             # Without the members' ids: they may be what made the result too large.
             small = {"session": {k: v for k, v in extra["session"].items()
                                  if k != "event_ids"}}
-            try:
-                failed = _with(pipeline.failed(event, planned, why), small)
-                await self._outputs.result(failed)
-                self._record(planned, failed)
-            except Exception as again:
-                self._fail(again)
-                return False
+            return await self._results.stand_in(event, planned, exc, small)
         finally:
             self._slots.release()
         return True
-
-    def _record(self, planned: Planned, result: EvalResult) -> None:
-        """Count a published result; a failure here must not publish it a second time."""
-        try:
-            self._pipeline.record(planned, result)
-        except Exception as exc:
-            log.error("result_count_failed", error_type=type(exc).__name__)
-
-
-def _with(result: EvalResult, extra: dict[str, Any]) -> EvalResult:
-    """``result`` with the session's details added (the evaluator's own keys kept)."""
-    return result.model_copy(update={"details": {**result.details, **extra}})
