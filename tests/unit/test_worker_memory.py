@@ -14,6 +14,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from evalstream.app import connect as connect_module
+from evalstream.app import dead_letters as dead_letters_module
 from evalstream.app import message_path as message_path_module
 from evalstream.app import observers as observers_module
 from evalstream.app import worker as worker_module
@@ -178,7 +179,7 @@ class _SlowDeadLetters(MemorySink):
 async def test_a_revoke_during_the_drain_does_not_wait_for_a_dead_letter_never_sent(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # The same for a dead letter waiting for a dead-letter slot when intake ends.
-    monkeypatch.setattr(message_path_module, "_DEAD_LETTER_CONCURRENCY", 1)
+    monkeypatch.setattr(dead_letters_module, "_DEAD_LETTER_CONCURRENCY", 1)
     records = [RawRecord("traces", 0, 0, b"not json"), RawRecord("traces", 0, 1, b"nor this")]
     worker, source, sink = build(records, sink=_SlowDeadLetters(),
                                  worker={"shutdown_timeout_s": 30, "commit_interval_s": 0.05})

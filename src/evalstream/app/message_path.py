@@ -2,10 +2,11 @@
 
 ``MessagePath.consume`` polls the source and hands each batch through intake (the sampling
 shortcuts, then ``Intake.decode``); each event's planned evaluations run as tasks, their
-results go out through ``Outputs``; a message that cannot be decoded is dead-lettered. The
-lifecycle around it (connecting, rebalance callbacks, the three-step stop) is the
-``Worker``'s (``app/worker.py``), which builds the parts used here and drains what is left
-under way with :meth:`MessagePath.drain`.
+results go out through ``Outputs`` (or the error results standing in for them,
+``app/publish_result.py``); a message that cannot be decoded is dead-lettered
+(``app/dead_letters.py``). The lifecycle around it (connecting, rebalance callbacks, the
+three-step stop) is the ``Worker``'s (``app/worker.py``), which builds the parts used here
+and drains what is left under way with :meth:`MessagePath.drain`.
 
 Delivery is at-least-once. A message's offset completes when every result of it (or its
 dead letter) has been acknowledged by the broker, or when it produced no work (skipped);
@@ -37,6 +38,7 @@ import structlog
 
 from evalstream.app.bindings import Planned
 from evalstream.app.commits import Committer
+from evalstream.app.dead_letters import DeadLetters
 from evalstream.app.inflight import InFlight
 from evalstream.app.intake import SAMPLED_OUT, BatchCounts, Intake
 from evalstream.app.offsets import TP, OffsetTracker, PartitionState
@@ -58,7 +60,6 @@ log = get_logger(__name__)
 _POLL_TIMEOUT_S = 0.5
 # How long intake waits for a slot mid-batch before polling the (paused) consumer again.
 _SLOT_POLL_S = 1.0
-_DEAD_LETTER_CONCURRENCY = 64
 
 
 def _canary_header(headers: Sequence[tuple[str, bytes]]) -> bool:
@@ -99,8 +100,10 @@ class MessagePath:
         self._results = ResultPublisher(pipeline, outputs, fail)
         #: Bound once: counting a result is on the per-evaluation path.
         self._count = self._results.count
-        self._dl_slots = asyncio.Semaphore(_DEAD_LETTER_CONCURRENCY)
+        #: Evaluations and dead letters under way (drained and cancelled together).
         self._tasks: set[asyncio.Task[None]] = set()
+        self._dead_letters = DeadLetters(outputs=outputs, tracker=tracker, committer=committer,
+                                         fail=fail, tasks=self._tasks)
         self._generation = 0
         self._sessions = sessions
         #: Without session windows, events are dispatched exactly as before they existed.
@@ -246,7 +249,7 @@ class MessagePath:
             try:
                 decoded = intake.decode(record, presampled=fraction is not None)
             except DecodeError as exc:
-                await self._dead_letter(record, tp, exc.reason, str(exc))
+                await self._dead_letters.send(record, tp, exc.reason, str(exc))
                 if generation != self._generation:
                     return False
                 continue
@@ -388,34 +391,4 @@ class MessagePath:
         finally:
             self.slots.release()
         self.tracker.done(state, offset)
-        self.committer.progressed()
-
-    async def _dead_letter(self, record: Record, tp: TP, reason: str, error: str) -> None:
-        with structlog.contextvars.bound_contextvars(
-                topic=record.topic, partition=record.partition, offset=record.offset):
-            log.warning("dead_letter", reason=reason, error=error,
-                        size=len(record.value) if record.value is not None else None)
-        state = self.tracker.track(tp, record.offset, 1)
-        if state is None:
-            return
-        try:
-            await self._dl_slots.acquire()
-        except asyncio.CancelledError:  # intake ended first: as in ``_dispatch``
-            self.tracker.abandon(state, record.offset, 1)
-            self.committer.progressed()
-            raise
-        task = asyncio.create_task(self._publish_dead_letter(record, state, reason, error))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _publish_dead_letter(self, record: Record, state: PartitionState,
-                                   reason: str, error: str) -> None:
-        try:
-            await self.outputs.dead_letter(record, reason, error)
-        except Exception as exc:  # SinkError, or a bug: stop rather than hold the offset
-            self._fail(exc)
-            return
-        finally:
-            self._dl_slots.release()
-        self.tracker.done(state, record.offset)
         self.committer.progressed()

@@ -1,0 +1,81 @@
+"""Dead-lettering the messages the message path cannot decode.
+
+A message that cannot be decoded (``DecodeError``) is logged (where and why, never its
+content), tracked as one piece of work at its offset and published to the dead-letter
+topic with its reason; its offset completes once the broker acknowledged that. Publishing
+runs as tasks of its own, at most ``_DEAD_LETTER_CONCURRENCY`` at once (apart from the
+``worker.max_in_flight`` slots of evaluations), among the message path's tasks so that
+its drain and cancel reach them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import structlog
+
+from evalstream.app.commits import Committer
+from evalstream.app.offsets import TP, OffsetTracker, PartitionState
+from evalstream.app.outputs import Outputs
+from evalstream.events import Record
+from evalstream.logging import get_logger
+
+__all__ = ["DeadLetters"]
+
+log = get_logger(__name__)
+
+_DEAD_LETTER_CONCURRENCY = 64
+
+
+class DeadLetters:
+    """Publishes undecodable messages to the dead-letter topic, tracking their offsets.
+
+    Args:
+        outputs: Where dead letters are published.
+        tracker: Which offsets are complete.
+        committer: Told when work completes.
+        fail: Called when a dead letter cannot be made durable (the worker then stops).
+        tasks: The message path's tasks under way; publishing tasks join them.
+    """
+
+    def __init__(self, *, outputs: Outputs, tracker: OffsetTracker, committer: Committer,
+                 fail: Callable[[BaseException], None],
+                 tasks: set[asyncio.Task[None]]) -> None:
+        self._outputs = outputs
+        self._tracker = tracker
+        self._committer = committer
+        self._fail = fail
+        self._tasks = tasks
+        self._dl_slots = asyncio.Semaphore(_DEAD_LETTER_CONCURRENCY)
+
+    async def send(self, record: Record, tp: TP, reason: str, error: str) -> None:
+        """Track ``record`` and start publishing it (waiting for a dead-letter slot)."""
+        with structlog.contextvars.bound_contextvars(
+                topic=record.topic, partition=record.partition, offset=record.offset):
+            log.warning("dead_letter", reason=reason, error=error,
+                        size=len(record.value) if record.value is not None else None)
+        state = self._tracker.track(tp, record.offset, 1)
+        if state is None:
+            return
+        try:
+            await self._dl_slots.acquire()
+        except asyncio.CancelledError:  # intake ended first: as in ``MessagePath._start``
+            self._tracker.abandon(state, record.offset, 1)
+            self._committer.progressed()
+            raise
+        task = asyncio.create_task(self._publish(record, state, reason, error))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _publish(self, record: Record, state: PartitionState,
+                       reason: str, error: str) -> None:
+        try:
+            await self._outputs.dead_letter(record, reason, error)
+        except Exception as exc:  # SinkError, or a bug: stop rather than hold the offset
+            self._fail(exc)
+            return
+        finally:
+            self._dl_slots.release()
+        self._tracker.done(state, record.offset)
+        self._committer.progressed()
