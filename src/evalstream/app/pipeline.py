@@ -14,8 +14,8 @@ counting the outcome. What is fixed by the settings (evaluators created and boun
 metric children, result ids and rates) is built once in ``app/bindings.py``.
 
 Canaries (``evalstream.canary: "true"``, see ``app/calibration.py``) bypass sampling: every
-evaluator of every route they match is planned, at rate 1, with the canary's gold answer;
-their results are counted as calibration only, never as traffic.
+evaluator of every route they match is planned, at rate 1, with the canary's gold answer
+(``app/canary_plan.py``); their results are counted as calibration only, never as traffic.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from evalstream.app.bindings import Planned, build_routes, load_plugins
-from evalstream.app.calibration import Calibration, canary_marker, gold_keys, read_gold
+from evalstream.app.calibration import Calibration, canary_marker, gold_keys
+from evalstream.app.canary_plan import CanaryPlanner
 from evalstream.config import Settings
 from evalstream.errors import JudgeError, SkipEvaluation
 from evalstream.evaluators.base import Evaluator, Score
@@ -89,6 +90,9 @@ class Pipeline:
         self._log_content = settings.logging.log_content
         self._canaries = settings.canaries.enabled
         self._calibration = Calibration(metrics)
+        self._canary = CanaryPlanner(self._router, self._routes, self._calibration,
+                                     skip_no_route=self._skip_no_route,
+                                     skip_sampling=self._skip_sampling)
 
     def _key_missing(self) -> None:
         """Say once that events lack the sampling key: with ``session_id``, a format or
@@ -138,13 +142,13 @@ class Pipeline:
         skipped as ``no_route``. ``fraction``, when given, is the event's sampling position
         already taken from its message key (``sampling.key: message_key``).
 
-        A canary is planned whatever its fraction (:meth:`_plan_canary`).
+        A canary is planned whatever its fraction (``app/canary_plan.py``).
         """
         attributes = event.attributes
         if attributes and self._canaries and CANARY_ATTRIBUTE in attributes:
             marked = canary_marker(attributes)
             if marked:
-                return self._plan_canary(event, topic)
+                return self._canary.plan(event, topic)
             if marked is None:
                 self._calibration.ignored("invalid_marker")
         if fraction is None:
@@ -170,40 +174,6 @@ class Pipeline:
         elif attributes and self._canaries and gold_keys(attributes):
             # Gold answers on an event not marked as a canary are not used: say so.
             self._calibration.ignored("not_canary")
-        return planned
-
-    def _plan_canary(self, event: TraceEvent, topic: str) -> list[Planned]:
-        """Every evaluator of the routes a canary matches, at rate 1, with its gold answer.
-
-        Routed like any event (a canary tests the evaluators its route runs); sampling
-        rates, down to an evaluator's own, do not apply, except a rate of 0 (turned off).
-        Gold answers naming no evaluator of its routes, and canaries matching no route
-        (also a ``no_route`` skip), are counted as ignored.
-        """
-        chosen = self._router.route(event, topic)
-        if not chosen:
-            # A skip like any other (every message ends as results, a skip or a dead
-            # letter), and a canary that checks nothing.
-            self._skip_no_route(1)
-            self._calibration.ignored("no_route")
-            return []
-        attributes = event.attributes
-        planned: list[Planned] = []
-        names: set[str] = set()
-        for index in chosen:
-            for p in self._routes[index].planned:
-                bound = p.bound
-                names.add(bound.label)
-                if p.sample_rate <= 0.0:
-                    continue  # a rate of 0 turns the evaluator off: for canaries too
-                gold = read_gold(attributes, bound.label, is_label=bound.is_label,
-                                 labels=bound.evaluator.labels())
-                planned.append(Planned(bound, 1.0, gold))
-        unknown = sum(1 for name in gold_keys(attributes) if name not in names)
-        if unknown:
-            self._calibration.ignored("unknown_evaluator", unknown)
-        if not planned:
-            self._skip_sampling(1)
         return planned
 
     async def run(self, event: TraceEvent, planned: Planned) -> EvalResult | None:
