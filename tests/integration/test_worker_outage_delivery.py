@@ -26,7 +26,7 @@ import pytest
 import structlog
 from prometheus_client import CollectorRegistry
 
-from evalstream.app import worker as worker_module
+from evalstream.app import shutdown as shutdown_module
 from evalstream.app.worker import Worker
 from evalstream.config import Settings
 from tests.integration.slow_evaluator import MODULE as SLOW
@@ -198,7 +198,7 @@ async def test_a_freeze_past_connect_timeout_stops_the_worker_and_a_restart_fini
                 try:
                     # Retried for connect_timeout_s (after a request timeout), then the stop
                     # steps each wait out their share of the close budget, the broker frozen.
-                    await wait_for(task.done, 2.5 + connect_timeout + worker_module
+                    await wait_for(task.done, 2.5 + connect_timeout + shutdown_module
                                    ._CLOSE_BUDGET_S + 5, "the worker to give up")
                 finally:
                     own.resume()
@@ -248,7 +248,7 @@ async def test_sigterm_during_a_freeze_exits_within_the_shutdown_budget(
                 await asyncio.sleep(0.5)
                 stopped = time.monotonic()
                 proc.send_signal(signal.SIGTERM)
-                limit = shutdown_timeout + worker_module._CLOSE_BUDGET_S + 3
+                limit = shutdown_timeout + shutdown_module._CLOSE_BUDGET_S + 3
                 while proc.poll() is None and time.monotonic() - stopped < limit:
                     await asyncio.sleep(0.05)
                 took = time.monotonic() - stopped

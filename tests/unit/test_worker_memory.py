@@ -17,7 +17,7 @@ from evalstream.app import connect as connect_module
 from evalstream.app import dead_letters as dead_letters_module
 from evalstream.app import message_path as message_path_module
 from evalstream.app import observers as observers_module
-from evalstream.app import worker as worker_module
+from evalstream.app import shutdown as shutdown_module
 from evalstream.app.observers import PublishAlert, RecordingObserver
 from evalstream.app.worker import Worker
 from evalstream.errors import OutputRejectedError, SourceError
@@ -225,9 +225,9 @@ async def test_the_steps_after_the_drain_share_one_budget(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # Broker unreachable: flush, commit and both clients' stop all hang. Each step used
     # to wait its own timeout, which added up past the chart's grace period (drain + 15 s).
-    monkeypatch.setattr(worker_module, "_CLOSE_BUDGET_S", 0.6)
-    monkeypatch.setattr(worker_module, "_CLOSE_STEP_S", 0.5)
-    monkeypatch.setattr(worker_module, "_CLOSE_STEP_MIN_S", 0.05)
+    monkeypatch.setattr(shutdown_module, "_CLOSE_BUDGET_S", 0.6)
+    monkeypatch.setattr(shutdown_module, "_CLOSE_STEP_S", 0.5)
+    monkeypatch.setattr(shutdown_module, "_CLOSE_STEP_MIN_S", 0.05)
     source = _DeadBrokerSource([raw(0)])
     worker = Worker(settings(), registry=CollectorRegistry(), judges=JUDGES, source=source,
                     sink=_DeadBrokerSink())
@@ -247,7 +247,7 @@ async def test_the_steps_after_the_drain_share_one_budget(
 
 async def test_shutdown_does_not_hang_on_a_broker_that_stopped_answering(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(worker_module, "_CLOSE_STEP_S", 0.2)
+    monkeypatch.setattr(shutdown_module, "_CLOSE_STEP_S", 0.2)
     source = _HangingSource([raw(0)])
     source.hang = True
     sink = MemorySink()

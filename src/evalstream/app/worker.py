@@ -6,7 +6,7 @@ unreachable, ``app/connect.py``); run the message path (the consume loop,
 ``app/message_path.py``), the commit loop, the lag / connection / readiness watchers and
 the observers until stopped; then stop in three steps: end intake, drain in-flight work up
 to ``worker.shutdown_timeout_s``, then finish within one shared budget
-(``_CLOSE_BUDGET_S``): the observers' last step, flush the producer, commit, and close
+(``app/shutdown.py``): the observers' last step, flush the producer, commit, and close
 everything in reverse start order.
 
 The worker is the source's rebalance handler: each assignment or revocation starts a new
@@ -52,6 +52,14 @@ from evalstream.app.offsets import TP, OffsetTracker
 from evalstream.app.outputs import Outputs
 from evalstream.app.pipeline import Pipeline
 from evalstream.app.session_path import SessionPath
+from evalstream.app.shutdown import (
+    close_budget,
+    close_in_order,
+    final_commit,
+    finish_observers,
+    flush_sink,
+    stop_judge_waits,
+)
 from evalstream.app.signals import install_stop_signals
 from evalstream.app.waits import SharedDeadline
 from evalstream.config import Settings
@@ -75,19 +83,6 @@ _CAUGHT_UP_INTERVAL_S = 0.5
 #: How often the broker is asked whether it still answers (readiness follows the answer).
 _CONNECTION_CHECK_S = 5.0
 _UNASSIGNED_WARNING_S = 60.0
-#: The steps after the drain (the observers' last step, flush, final commit, closing each
-#: client) share this budget: with the broker unreachable each would wait out its own
-#: timeout (aiokafka retries commits forever), and the chart's grace period leaves 15 s
-#: past the drain. What is cut short is uncommitted, so redelivered, never lost.
-_CLOSE_BUDGET_S = 12.0
-#: No one step takes more than this, so a hung step leaves time to the others...
-_CLOSE_STEP_S = 5.0
-#: ...and each gets at least this, even once the budget is spent (to close its sockets).
-_CLOSE_STEP_MIN_S = 0.2
-
-
-def _close_budget() -> SharedDeadline:
-    return SharedDeadline(_CLOSE_BUDGET_S, _CLOSE_STEP_S, _CLOSE_STEP_MIN_S)
 
 
 class Worker:
@@ -268,8 +263,7 @@ class Worker:
         # Evaluations of these partitions waiting at a judge's spend cap (on_spend_cap:
         # wait) have sent nothing and could wait hours: the partitions' next owner does
         # them. Cancelled, rather than waited for here and then evaluated twice.
-        for judge in self.judges.values():
-            judge.stop_waiting(set(tps))
+        stop_judge_waits(self.judges.values(), set(tps))
         if not self._closing:
             deadline = min(self.settings.worker.shutdown_timeout_s,
                            self.settings.kafka.session_timeout_ms / 2000)
@@ -309,37 +303,18 @@ class Worker:
         # 2. Drain in-flight work up to the deadline. Evaluations waiting at a judge's
         #    spend cap (on_spend_cap: wait) could wait hours: they are cancelled now, left
         #    uncommitted and redelivered, rather than holding the drain to its deadline.
-        for judge in self.judges.values():
-            judge.stop_waiting()
+        stop_judge_waits(self.judges.values())
         if self._fatal is None:
             await self.message_path.drain(self.settings.worker.shutdown_timeout_s)
-        # 3. Finish: every step from here on shares one budget (see ``_CLOSE_BUDGET_S``).
+        # 3. Finish: every step from here on shares one budget (``app/shutdown.py``).
         #    The observers take their last step (the drift monitor resolves its alerts).
-        budget = _close_budget()
+        budget = close_budget()
         self._observers_stop.set()
-        if observer_tasks:
-            wait_s = budget.step()
-            _, late = await asyncio.wait(observer_tasks, timeout=wait_s)
-            if late:
-                log.warning("observer_final_step_timeout", timeout_s=round(wait_s, 1))
-            for task in late:
-                task.cancel()
+        await finish_observers(observer_tasks, budget)
         #    Flush the producer, then commit what is durable.
         if self._fatal is None:
-            wait_s = budget.step()
-            try:
-                async with asyncio.timeout(wait_s):
-                    await self.sink.flush()
-            except TimeoutError:  # results are not known to be durable
-                self._fail(SinkError(f"producer flush did not finish within {wait_s:.1f}s"))
-            except Exception as exc:
-                self._fail(exc)
-        wait_s = budget.step()
-        try:
-            async with asyncio.timeout(wait_s):
-                await self.committer.commit()
-        except TimeoutError:
-            log.warning("final_commit_timeout", timeout_s=round(wait_s, 1))
+            await flush_sink(self.sink, budget, self._fail)
+        await final_commit(self.committer, budget)
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
@@ -352,21 +327,15 @@ class Worker:
         ``budget`` (a fresh one when the worker never got going: nothing spent any)."""
         self._closing = True
         if budget is None:
-            budget = _close_budget()
+            budget = close_budget()
         self.message_path.cancel()
 
         async def close_own_judges() -> None:
             if self._own_judges:
                 await close_judges(self.judges)
 
-        for step in (self.source.stop, self.sink.stop, self.health.stop, self.pipeline.aclose,
-                     close_own_judges):
-            try:
-                async with asyncio.timeout(budget.step()):
-                    await step()
-            except Exception as exc:
-                log.warning("close_failed", step=step.__qualname__,
-                            error=str(exc) or type(exc).__name__)
+        await close_in_order((self.source.stop, self.sink.stop, self.health.stop,
+                              self.pipeline.aclose, close_own_judges), budget)
 
 
 async def run_worker(settings: Settings, *, registry: CollectorRegistry | None = None,
