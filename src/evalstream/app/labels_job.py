@@ -48,6 +48,7 @@ from evalstream.app.health import (
 )
 from evalstream.app.label_join import HeldResult, JoinStore, parse_label, slim
 from evalstream.app.offsets import TP, OffsetTracker, PartitionState
+from evalstream.app.shutdown import close_in_order
 from evalstream.app.signals import catch_stop_signals_early, install_stop_signals
 from evalstream.app.waits import SharedDeadline
 from evalstream.config import Settings, load_settings
@@ -288,13 +289,7 @@ class LabelJoiner:
         return code
 
     async def _close(self, budget: SharedDeadline) -> None:
-        for step in (self.source.stop, self.sink.stop, self.health.stop):
-            try:
-                async with asyncio.timeout(budget.step()):
-                    await step()
-            except Exception as exc:
-                log.warning("close_failed", step=step.__qualname__,
-                            error=str(exc) or type(exc).__name__)
+        await close_in_order((self.source.stop, self.sink.stop, self.health.stop), budget)
 
 
 async def run_joiner(settings: Settings, *, registry: CollectorRegistry | None = None,
