@@ -2,7 +2,7 @@
 reason and error text (lone surrogates, NUL, multi-byte characters cut at the bound, huge
 texts), and the message's own headers travel unchanged but cannot forge ours.
 
-A header that fails to build stops the worker (``_publish_dead_letter`` treats any error
+A header that fails to build stops the worker (``DeadLetters._publish`` treats any error
 as a sink failure), and one that is not UTF-8 breaks consumers that read headers as text.
 """
 
