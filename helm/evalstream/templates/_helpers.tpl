@@ -152,3 +152,54 @@ Included once, from the Deployment.
 {{ toYaml . }}
 {{- end }}
 {{- end }}
+
+{{/*
+`evalstream join-labels` (labelsJoiner). Its pods carry an app.kubernetes.io/name of their
+own (<name>-labels), so no worker selector (Service, PDB, ServiceMonitor, topology spread;
+all match name + instance) selects them, and the worker Deployment's immutable selector
+stays as it was.
+*/}}
+{{- define "evalstream.labelsJoiner.name" -}}
+{{- printf "%s-labels" (include "evalstream.name" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "evalstream.labelsJoiner.fullname" -}}
+{{- printf "%s-labels" (include "evalstream.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "evalstream.labelsJoiner.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "evalstream.labelsJoiner.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "evalstream.labelsJoiner.labels" -}}
+helm.sh/chart: {{ include "evalstream.chart" . }}
+{{ include "evalstream.labelsJoiner.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: labels-joiner
+app.kubernetes.io/part-of: {{ include "evalstream.name" . }}
+{{- end }}
+
+{{/*
+The joiner reads the labels topic named by config.labels.topic. The app defaults it to
+evalstream.labels, but the chart asks for it explicitly: a joiner on a topic nobody writes
+to looks healthy and counts nothing. An environment override (extraEnv
+EVALSTREAM_LABELS__TOPIC or EVALSTREAM_LABELS, or any extraEnvFrom source, whose keys the
+chart cannot see) satisfies the check.
+*/}}
+{{- define "evalstream.labelsJoiner.validate" -}}
+{{- $labels := get (.Values.config | default dict) "labels" | default dict }}
+{{- $fromEnv := not (empty .Values.extraEnvFrom) }}
+{{- range (.Values.extraEnv | default list) }}
+{{- if has (.name | toString) (list "EVALSTREAM_LABELS__TOPIC" "EVALSTREAM_LABELS") }}
+{{- $fromEnv = true }}
+{{- end }}
+{{- end }}
+{{- if not (kindIs "map" $labels) }}
+{{- $labels = dict }}
+{{- end }}
+{{- if and (not (get $labels "topic")) (not $fromEnv) }}
+{{- fail "labelsJoiner.enabled but config.labels.topic is not set: name the topic your annotation tool publishes human labels to (config.labels.topic; the joiner would otherwise read evalstream.labels, which may be empty, and count nothing), or provide EVALSTREAM_LABELS__TOPIC through extraEnv/extraEnvFrom" }}
+{{- end }}
+{{- end }}
