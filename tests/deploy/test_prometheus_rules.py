@@ -60,6 +60,9 @@ def test_unit_tests_cover_spike_quiet_and_small_sample() -> None:
                     "EvalstreamJudgeSpendCapReached", "EvalstreamJudgeRateLimited"}
     assert availability <= fired
     assert availability <= silent
+    # Session windows cut short: fires on a steady share, quiet on few windows.
+    assert "EvalstreamSessionsCutShort" in fired
+    assert "EvalstreamSessionsCutShort" in silent
 
 
 @pytest.mark.parametrize("guard", [
@@ -67,6 +70,7 @@ def test_unit_tests_cover_spike_quiet_and_small_sample() -> None:
     "and route_evaluator:evalstream_evaluations:increase5m >= 30",
     "and (route:evalstream_topic_labels:increase1h offset 5m) >= 100",
     "and route_evaluator_judge:evalstream_canary_compared:increase1h >= 20",
+    "and ignoring (reason) route:evalstream_sessions_closed:increase1h >= 20",
 ])
 def test_small_sample_tests_fail_without_the_minimum_n_guard(tmp_path: Path, guard: str) -> None:
     text = RULES.read_text(encoding="utf-8")
@@ -85,7 +89,10 @@ JUDGE_FINISHED = 'rate(evalstream_judge_requests_total{outcome=~"ok|error|deadli
     # Dividing by every attempt (retry, rate_limited too) dilutes the failure share.
     (JUDGE_FINISHED, "rate(evalstream_judge_requests_total[5m])"),
     # Without absent() a fleet whose series all vanished (dead or hung) never alerts.
-    ("sum(evalstream_ready) == 0 or absent(evalstream_ready)", "sum(evalstream_ready) == 0"),
+    ("or absent(evalstream_ready unless on (job, instance) evalstream_labels_pending)", ""),
+    # A ready label joiner kept EvalstreamDown quiet beside dead workers, and its lag (an
+    # hour of results waiting for labels, by design) fired EvalstreamConsumerLagHigh.
+    (" unless on (job, instance) evalstream_labels_pending", ""),
     # A job selector that only knows one naming misses the operator's default job name.
     ('up{job=~".*evalstream.*"}', 'up{job="evalstream"}'),
     # Alerting on any commit error pages on every rebalance.
@@ -97,8 +104,8 @@ JUDGE_FINISHED = 'rate(evalstream_judge_requests_total{outcome=~"ok|error|deadli
     # and under-confidence of two replicas' halves of a bin would add instead of cancel.
     ("sum by (route, evaluator, judge, bin) (",
      "sum by (route, evaluator, judge, bin, instance) ("),
-], ids=["judge-denominator", "absent", "job-selector", "commit-ratio", "circuit-min",
-        "ece-per-bin"])
+], ids=["judge-denominator", "absent", "joiner-excluded", "job-selector", "commit-ratio",
+        "circuit-min", "ece-per-bin"])
 def test_availability_tests_fail_without_the_fix(tmp_path: Path, fixed: str, broken: str) -> None:
     """Each availability/denominator fix is pinned by a promtool test that fails without it."""
     text = RULES.read_text(encoding="utf-8")
