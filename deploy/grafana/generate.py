@@ -153,6 +153,31 @@ def build() -> dict[str, object]:
         _q(f"sum by (evaluator, label) (rate(evalstream_labels_total{{{SEL}}}[{RATE}]))",
            "{{evaluator}}: {{label}}")))
 
+    board = board.with_row(dash.Row("Session windows"))
+    board = board.with_panel(_ts(
+        "Open session windows",
+        "Sessions buffering events on routes with `session:`. max_open applies per replica "
+        "and route: compare it with the busiest replica; at max_open the quietest session "
+        "is evaluated early (reason capacity).", "short",
+        _q('sum by (route) (evalstream_sessions_open{route=~"$route"})',
+           "{{route}} all replicas", "A"),
+        _q('max by (route) (evalstream_sessions_open{route=~"$route"})',
+           "{{route}} busiest replica", "B"), width=8, lo=0))
+    board = board.with_panel(_ts(
+        "Session windows closed by reason",
+        "gap (the conversation went quiet), max_events, max_age; capacity (max_open / "
+        "max_bytes reached) and bytes (worker.max_message_bytes) evaluate early; abandoned: "
+        "revoked or stopping, re-read and windowed again by the next owner.", "ops",
+        _q(f'sum by (route, reason) (rate(evalstream_sessions_closed_total{{route=~"$route"}}'
+           f"[{RATE}]))", "{{route}} {{reason}}"), width=8))
+    board = board.with_panel(_ts(
+        "Session windows cut short (1h)",
+        "Share of a route's windows (abandoned ones aside) closed at capacity or bytes "
+        "over the last hour, before the conversation ended. EvalstreamSessionsCutShort "
+        "warns above 5% (with at least 20 windows closed).", "percentunit",
+        _q('route_reason:evalstream_sessions_cut_short:ratio1h{route=~"$route"}',
+           "{{route}} {{reason}}"), width=8, lo=0, hi=1))
+
     board = board.with_row(dash.Row("Judges"))
     board = board.with_panel(_ts(
         "Judge latency p50 / p95", "From evalstream_judge_latency_seconds.", "s",
