@@ -273,7 +273,11 @@ def build() -> dict[str, object]:
 
     board = board.with_row(dash.Row("Pipeline health"))
     board = board.with_panel(_ts(
-        "Consumer lag (messages)", "High watermark minus position, summed per topic.", "short",
+        "Consumer lag (messages)",
+        "Messages not yet done, summed per topic (held in session windows included: up to "
+        "max_age_s of a session route's traffic). The label joiner's topics (results, "
+        "labels) show here too: it holds results up to labels.retention_s for their labels.",
+        "short",
         _q("sum by (topic) (evalstream_consumer_lag_messages)", "{{topic}}"), width=8))
     board = board.with_panel(_ts(
         "Dead letters by reason", "Messages sent to the dead-letter topic.", "ops",
