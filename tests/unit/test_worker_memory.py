@@ -713,3 +713,29 @@ async def test_a_revoke_cancels_only_its_partitions_waits_at_a_spend_cap() -> No
         assert not worker.tracker.is_assigned(TP0)
     assert source.committed.get(TP1, 0) == 0
     assert {r.status for r in sink.results} == {"ok"}
+
+
+async def test_a_revoke_cancels_a_closed_sessions_wait_at_a_spend_cap() -> None:
+    # A closed session window's evaluation waiting at the cap is cancelled by the revoke of
+    # its partition like any other (it had no wait scope: the revoke waited its deadline
+    # for it, and then it held its slot, and evaluated a stale session, for hours).
+    judge = CappedJudge()
+    source, sink = MemorySource([raw(0, "ask_judge", session_id="s"), raw(1, "ask_judge",
+                                                                          session_id="s")]), \
+        MemorySink()
+    worker = Worker(settings(
+        sampling={"key": "session_id"},
+        routes=[{"name": "main", "session": {"gap_s": 0.05},
+                 "evaluators": [{"evaluator": "unit_scripted"}]}],
+        worker={"shutdown_timeout_s": 30, "commit_interval_s": 0.02, "max_in_flight": 4}),
+        registry=CollectorRegistry(), judges={"builtin": judge}, source=source, sink=sink)
+    loop = asyncio.get_running_loop()
+    async with started(worker):
+        await until(lambda: judge.cap.waiting == 1)
+        began = loop.time()
+        await source.revoke([TP0])
+        # Not the 15 s (session timeout / 2) a revoke waits for in-flight work.
+        assert loop.time() - began < 5
+        await until(lambda: judge.cap.waiting == 0 and worker.in_flight == 0)
+        assert source.committed.get(TP0, 0) == 0  # redelivered to the next owner
+    assert sink.results == []

@@ -34,6 +34,7 @@ from evalstream.app.sessions import REASONS, Closed, Member, SessionStore, Windo
 from evalstream.config import Settings
 from evalstream.errors import SinkError
 from evalstream.events import Record, TraceEvent
+from evalstream.judges.spend import WAIT_SCOPE
 from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
 
@@ -177,10 +178,23 @@ class SessionPath:
             log.error("session_merge_failed", error_type=type(exc).__name__)
             event = closed.members[-1].event
             extra = {"session": {"closed": closed.reason, "merge_failed": True}}
-        done = await asyncio.gather(*(self._one(event, p, extra) for p in closed.planned))
+        # So a revoke can cancel this session's waits at a judge's spend cap (the tasks
+        # gather starts inherit it). A window may span partitions; a rebalance is eager
+        # (every partition is revoked at once), so its first member's partition does.
+        WAIT_SCOPE.set(closed.members[0].tp)
+        tracker = self._tracker
+        try:
+            done = await asyncio.gather(*(self._one(event, p, extra) for p in closed.planned))
+        except asyncio.CancelledError:
+            # Cancelled (a stop, the drain's deadline, a revoke cancelling a wait at a spend
+            # cap): its members never complete. Abandoned, so a revoke does not wait its
+            # deadline for them, and never committed past: they are redelivered.
+            for member in closed.members:
+                tracker.abandon(member.state, member.offset, 1)
+            self._committer.progressed()
+            raise
         if not all(done):
             return  # the worker is failing: leave the offsets incomplete (redelivered)
-        tracker = self._tracker
         for member in closed.members:
             tracker.done(member.state, member.offset)
         self._committer.progressed()
