@@ -167,3 +167,40 @@ async def test_a_topic_never_assigned_is_warned_about() -> None:
     with structlog.testing.capture_logs() as logs:
         await both.joiner.watch_topics(0.0)
     assert logs == []
+
+
+async def test_a_rebalance_mid_batch_drops_the_rest_of_the_batch() -> None:
+    """An eager rebalance while a dead letter is sent (the one await of a message) rewinds
+    the partitions to their commit: the rest of the batch taken before it is fetched
+    again. Was: taken anyway into the fresh partition state, so a redelivered message
+    released the stale one's entry, and the commit passed a label still waiting."""
+    job = Job([], [b"{", label("z"), label("w")])
+    publish = job.sink.publish_dead_letter
+    rebalanced = False
+
+    async def rebalance_on_first(record: object, reason: str, error: str) -> None:
+        nonlocal rebalanced
+        await publish(record, reason, error)  # type: ignore[arg-type]
+        if not rebalanced:
+            rebalanced = True
+            tps = sorted(job.source.assignment())
+            await job.source.revoke(tps)
+            await job.joiner.on_assigned(tps)
+
+    job.sink.publish_dead_letter = rebalance_on_first  # type: ignore[method-assign]
+    await job.source.start(job.joiner)
+    consume = asyncio.create_task(job.joiner.consume())
+    try:
+        for _ in range(200):
+            if len(job.sink.dead_letters) == 2 and job.joiner.store.waiting()["label"] == 2:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        await job.joiner.committer.commit()
+        assert not consume.done()  # it did not crash
+    finally:
+        consume.cancel()
+        await asyncio.gather(consume, return_exceptions=True)
+    # "z" (offset 1) still waits for its result: nothing past it is committed.
+    assert job.source.committed[(LAB, 0)] == 1
+    assert job.v("evalstream_labels_ignored_total", kind="label", reason="duplicate") == 0

@@ -125,6 +125,8 @@ class LabelJoiner:
                                    self.metrics.registry, self.not_ready)
         self._stop = asyncio.Event()
         self._started = False
+        #: Bumped by every rebalance: the rest of a batch taken before one is not joined.
+        self._generation = 0
 
     def not_ready(self) -> str | None:
         """Why the joiner is not ready, or None when it is."""
@@ -144,12 +146,14 @@ class LabelJoiner:
 
     async def on_assigned(self, tps: Sequence[TP]) -> None:
         """Track the new partitions."""
+        self._generation += 1
         self.tracker.assign(tps)
         log.info("partitions_assigned", partitions=[f"{t}:{p}" for t, p in sorted(tps)])
 
     async def on_revoked(self, tps: Sequence[TP]) -> None:
         """Commit up to the oldest waiting entry, then forget the partitions' entries (their
         next owner reads what waited again)."""
+        self._generation += 1
         await self.committer.commit(tps)
         self.tracker.revoke(tps)  # first: dropping releases tokens, now of no partition
         self.store.drop_parts(set(tps))
@@ -215,9 +219,16 @@ class LabelJoiner:
         max_records = self.settings.kafka.max_poll_records
         while True:
             batch = await self.source.poll(_POLL_S, max_records)
+            generation = self._generation
             for tp, records in batch.items():
                 now = loop.time()
                 for record in records:
+                    if generation != self._generation:
+                        # Rebalanced while a dead letter was sent: the partitions were
+                        # rewound to their commits, so the rest is fetched again. Taken now
+                        # into their fresh state, it would be tracked twice and out of
+                        # order (a KeyError in ``done``, or a commit past a waiting entry).
+                        break
                     await self.take(tp, record, now)
                 self.metrics.messages_consumed.labels(tp[0]).inc(len(records))
             self.store.expire(loop.time())
