@@ -132,3 +132,23 @@ async def test_a_session_result_the_broker_refuses_becomes_an_error_result() -> 
     assert w.metrics.registry.get_sample_value(
         "evalstream_evaluations_total", {"route": "chat", "evaluator": "refusal",
                                          "outcome": "error"}) == 1
+
+
+async def test_until_caught_up_waits_for_open_sessions_and_evaluates_them() -> None:
+    """``run --until-caught-up`` ends once every partition is committed to its end, which
+    open windows hold back: it neither stops before they close (abandoning them, exit 0
+    with work undone) nor hangs, since the timer closes them after their gap."""
+    source = MemorySource([record(0, 0, "a"), record(0, 1, "a"), record(0, 2, None),
+                           record(1, 0, "b")])
+    sink = MemorySink()
+    settings = load_settings(
+        None, inputs=[{"topic": "traces"}], sampling={"key": "session_id"},
+        routes=[{"name": "chat", "session": {"gap_s": 0.3},
+                 "evaluators": [{"evaluator": "refusal"}]}],
+        server={"host": "127.0.0.1", "port": 0}, drift={"enabled": False},
+        worker={"commit_interval_s": 0.05})
+    w = Worker(settings, registry=CollectorRegistry(), source=source, sink=sink,
+               until_caught_up=True)
+    assert await asyncio.wait_for(w.run(), 10) == 0
+    assert source.committed == {TP0: 3, TP1: 1}
+    assert sorted(r.session_id or "-" for r in sink.results) == ["-", "a", "b"]
