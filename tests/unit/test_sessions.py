@@ -253,8 +253,14 @@ def test_the_merged_id_depends_on_the_session_and_its_members_only() -> None:
 def test_a_session_route_needs_session_id_sampling() -> None:
     route = {"name": "chat", "session": {"gap_s": 5},
              "evaluators": [{"evaluator": "refusal"}]}
-    with pytest.raises(ConfigError, match=r"routes\[0\] \(chat\)\.session.*sampling\.key"):
-        load_settings(None, routes=[route])
+    # At rate 1 nothing is sampled out: every key keeps a session whole.
+    assert load_settings(None, routes=[route]).routes[0].session == SessionWindow(gap_s=5)
+    for below in ({"sampling": {"rate": 0.5}}, {"routes": [{**route, "sample_rate": 0.5}]},
+                  {"routes": [{**route, "evaluators": [{"evaluator": "refusal",
+                                                        "sample_rate": 0.5}]}]}):
+        with pytest.raises(ConfigError,
+                           match=r"routes\[0\] \(chat\)\.session.*sampling\.key"):
+            load_settings(None, **{"routes": [route], **below})
     settings = load_settings(None, routes=[route], sampling={"key": "session_id"})
     assert settings.routes[0].session == SessionWindow(gap_s=5)
     with pytest.raises(ConfigError, match="gap_s"):

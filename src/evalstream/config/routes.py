@@ -141,9 +141,9 @@ class Route(Section):
     match: MatchRule = Field(default_factory=MatchRule)
     sample_rate: float = Field(default=1.0, ge=0.0, le=1.0)
     evaluators: list[EvaluatorSpec] = Field(min_length=1)
-    #: Opt-in: evaluate this route's events per conversation (needs ``sampling.key:
-    #: session_id``, so a session's events are sampled in or out together). Unset: each
-    #: event on its own.
+    #: Opt-in: evaluate this route's events per conversation (below a sampling rate of 1
+    #: it needs ``sampling.key: session_id``, so a session's events are sampled in or out
+    #: together). Unset: each event on its own.
     session: SessionWindow | None = None
 
     @model_validator(mode="after")

@@ -245,14 +245,21 @@ class Settings(BaseSettings):
     def _sessions_sampled_whole(self) -> Settings:
         # Every event of a session must be in or out together: sampled on another key, a
         # window would hold a random share of each conversation and judge it as the whole.
+        # At rate 1 on every level nothing is sampled out, whatever the key: allowed (a
+        # lower rate later is refused then, with this message).
         if self.sampling.key == "session_id":
             return self
         for ri, route in enumerate(self.routes):
-            if route.session is not None:
+            if route.session is None:
+                continue
+            whole = self.sampling.rate >= 1.0 and route.sample_rate >= 1.0 and all(
+                e.sample_rate >= 1.0 for e in route.evaluators)
+            if not whole:
                 raise ValueError(
-                    f"routes[{ri}] ({route.name}).session: a session window needs "
-                    f"sampling.key: session_id (it is {self.sampling.key!r}), so that a "
-                    f"conversation's events are sampled in or out together")
+                    f"routes[{ri}] ({route.name}).session: a session window below a "
+                    f"sampling rate of 1 needs sampling.key: session_id (it is "
+                    f"{self.sampling.key!r}), so that a conversation's events are sampled "
+                    f"in or out together")
         return self
 
     @model_validator(mode="after")
