@@ -153,6 +153,37 @@ async def test_stop_waiting_for_some_scopes_cancels_only_their_waits() -> None:
     assert later.cancelled()
 
 
+async def test_a_wait_that_starts_in_a_scope_already_given_up_is_refused_at_once() -> None:
+    # A revoked partition's evaluation that reaches the cap after the revoke must not wait
+    # the window out (holding its slot) for work now someone else's. A scope names one
+    # assignment: a new one (the partition assigned again) waits as before.
+    cap = SpendCap("gpt", 1.0, SpendWindow(3600, clock=FakeClock(0.0)), lambda: None,
+                   wait=True)
+    cap.add(5.0)
+
+    class Assignment:
+        pass
+
+    revoked, current = Assignment(), Assignment()
+
+    async def wait_in(scope: Assignment) -> None:
+        WAIT_SCOPE.set(scope)
+        await cap.wait_for_room()
+
+    cap.stop_waiting({revoked})
+    late = asyncio.create_task(wait_in(revoked))
+    await asyncio.wait([late], timeout=1)
+    assert late.cancelled()  # refused: it never waited
+    assert cap.waiting == 0
+    kept = asyncio.create_task(wait_in(current))
+    await asyncio.sleep(0.01)
+    assert not kept.done()
+    assert cap.waiting == 1
+    cap.stop_waiting()
+    await asyncio.gather(kept, return_exceptions=True)
+    assert kept.cancelled()
+
+
 # --- the OpenAI judge -------------------------------------------------------------------
 
 

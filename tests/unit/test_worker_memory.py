@@ -715,6 +715,47 @@ async def test_a_revoke_cancels_only_its_partitions_waits_at_a_spend_cap() -> No
     assert {r.status for r in sink.results} == {"ok"}
 
 
+class LateCappedJudge(CappedJudge):
+    """Reaches its spend cap only once a revoke has stopped the waits (``stop_waiting``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.revoked = asyncio.Event()
+        self.asked = 0
+
+    async def judge(self, request: JudgeRequest) -> Judgement:
+        self.asked += 1
+        await self.revoked.wait()
+        return await super().judge(request)
+
+    def stop_waiting(self, scopes: Collection[Hashable] | None = None) -> None:
+        super().stop_waiting(scopes)
+        self.revoked.set()
+
+
+async def test_a_revoked_partitions_evaluation_reaching_a_spend_cap_later_does_not_wait(
+) -> None:
+    # It reaches the cap after the revoke cancelled the waits: it waited out the window (an
+    # hour), holding its slot for work redelivered to the partition's next owner, and the
+    # revoke waited its deadline (15 s) for it.
+    judge = LateCappedJudge()
+    source, sink = MemorySource([raw(0, "ask_judge"), raw(1)]), MemorySink()
+    worker = Worker(settings(worker={"shutdown_timeout_s": 30, "commit_interval_s": 0.02,
+                                     "max_in_flight": 4}),
+                    registry=CollectorRegistry(), judges={"builtin": judge}, source=source,
+                    sink=sink)
+    loop = asyncio.get_running_loop()
+    async with started(worker):
+        await until(lambda: judge.asked == 1 and len(sink.results) == 1)
+        began = loop.time()
+        await source.revoke([TP0])
+        assert loop.time() - began < 5
+        await until(lambda: worker.in_flight == 0)
+        assert judge.cap.waiting == 0
+        assert source.committed.get(TP0, 0) == 0  # offset 0 is redelivered to the next owner
+    assert [r.event_id for r in sink.results] == ["e1"]
+
+
 async def test_a_revoke_cancels_a_closed_sessions_wait_at_a_spend_cap() -> None:
     # A closed session window's evaluation waiting at the cap is cancelled by the revoke of
     # its partition like any other (it had no wait scope: the revoke waited its deadline

@@ -361,8 +361,9 @@ class MessagePath:
         # every log line of this evaluation and needs no unbinding.
         structlog.contextvars.bind_contextvars(
             topic=state.tp[0], partition=state.tp[1], offset=offset, event_id=event.event_id)
-        # So a revoke can cancel this evaluation's waits at a judge's spend cap.
-        WAIT_SCOPE.set(state.tp)
+        # So a revoke can cancel this evaluation's waits at a judge's spend cap, and refuse
+        # those it starts later: the state names this assignment (a rebalance replaces it).
+        WAIT_SCOPE.set(state)
         try:
             result = await self.pipeline.run(event, planned)
             if result is not None:

@@ -26,7 +26,9 @@ class PartitionState:
     state: ``done`` ignores states that are no longer current.
     """
 
-    __slots__ = ("committed", "end", "fetched", "hold", "order", "remaining", "tp")
+    # Weakly referable: the judges remember revoked states (wait scopes) weakly.
+    __slots__ = ("__weakref__", "committed", "end", "fetched", "hold", "order", "remaining",
+                 "tp")
 
     def __init__(self, tp: TP) -> None:
         self.tp = tp
@@ -64,6 +66,10 @@ class OffsetTracker:
             part = self._parts.pop(tp, None)
             if part is not None:
                 self._outstanding -= sum(part.remaining.values())
+
+    def states(self, tps: Iterable[TP]) -> list[PartitionState]:
+        """The current states of those of ``tps`` that are tracked."""
+        return [part for tp in tps if (part := self._parts.get(tp)) is not None]
 
     def is_assigned(self, tp: TP) -> bool:
         """Whether ``tp`` is tracked (records of revoked partitions are dropped)."""

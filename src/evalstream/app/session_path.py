@@ -180,8 +180,8 @@ class SessionPath:
             extra = {"session": {"closed": closed.reason, "merge_failed": True}}
         # So a revoke can cancel this session's waits at a judge's spend cap (the tasks
         # gather starts inherit it). A window may span partitions; a rebalance is eager
-        # (every partition is revoked at once), so its first member's partition does.
-        WAIT_SCOPE.set(closed.members[0].tp)
+        # (every partition is revoked at once), so its first member's assignment does.
+        WAIT_SCOPE.set(closed.members[0].state)
         tracker = self._tracker
         try:
             done = await asyncio.gather(*(self._one(event, p, extra) for p in closed.planned))

@@ -45,7 +45,8 @@ def close_budget() -> SharedDeadline:
 def stop_judge_waits(judges: Iterable[Judge], scopes: Collection[Hashable] | None = None,
                      ) -> None:
     """Cancel the evaluations waiting at a judge's spend cap (``on_spend_cap: wait``): those
-    of ``scopes`` (partitions), or all. They have sent nothing and could wait hours."""
+    of ``scopes`` (partition assignments: tracker states), or all. They have sent nothing
+    and could wait hours."""
     for judge in judges:
         judge.stop_waiting(scopes)
 

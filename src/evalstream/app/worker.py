@@ -262,8 +262,9 @@ class Worker:
         self.message_path.rebalanced(revoked=tps)
         # Evaluations of these partitions waiting at a judge's spend cap (on_spend_cap:
         # wait) have sent nothing and could wait hours: the partitions' next owner does
-        # them. Cancelled, rather than waited for here and then evaluated twice.
-        stop_judge_waits(self.judges.values(), set(tps))
+        # them. Cancelled, rather than waited for here and then evaluated twice; so are
+        # those of these assignments that reach a cap later (their states are the scopes).
+        stop_judge_waits(self.judges.values(), self.tracker.states(tps))
         if not self._closing:
             deadline = min(self.settings.worker.shutdown_timeout_s,
                            self.settings.kafka.session_timeout_ms / 2000)

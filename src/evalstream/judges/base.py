@@ -150,7 +150,8 @@ class Judge(abc.ABC):
         """Cancel requests waiting for budget (a spend cap with ``on_spend_cap: wait``)
         rather than let a drain or a revoke wait for them: all of them (the worker is
         stopping), or those whose ``judges.spend.WAIT_SCOPE`` is in ``scopes`` (revoked
-        partitions). Their evaluations stay uncommitted and are redelivered. An optional
+        partitions' assignments), including those that start waiting later. Their
+        evaluations stay uncommitted and are redelivered. An optional
         hook: most judges never wait."""
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, most judges hold nothing

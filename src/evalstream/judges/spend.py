@@ -19,9 +19,11 @@ the cap into consumer lag instead of error results.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Hashable
 from contextvars import ContextVar
@@ -38,8 +40,9 @@ _log = get_logger(__name__)
 _MIN_RECHECK_S = 0.001
 
 #: What a request waiting at a spend cap is waiting for, set by whoever runs it (the
-#: worker: the evaluation's partition), so that :meth:`SpendCap.stop_waiting` can cancel
-#: the waits of a revoked partition only. Tasks an evaluation starts inherit it.
+#: worker: the evaluation's partition assignment, an object a rebalance replaces), so that
+#: :meth:`SpendCap.stop_waiting` can cancel the waits of a revoked partition only, and
+#: refuse the waits that start after it. Tasks an evaluation starts inherit it.
 WAIT_SCOPE: ContextVar[Hashable | None] = ContextVar("evalstream_wait_scope", default=None)
 
 
@@ -143,6 +146,10 @@ class SpendCap:
         # left uncommitted and redelivered) rather than wait out the window.
         self._waiters: dict[asyncio.Task[object], Hashable | None] = {}
         self._stopping = False
+        # The scopes already given up: an evaluation of a revoked partition that reaches
+        # the cap later must not wait the window out for work now someone else's. Weak, so
+        # a scope is forgotten once nothing of it runs any more.
+        self._stopped: weakref.WeakSet[Hashable] = weakref.WeakSet()
 
     @property
     def waiting(self) -> int:
@@ -186,13 +193,15 @@ class SpendCap:
         the window, again while that is not enough. Counted once as ``capped``.
 
         Raises:
-            asyncio.CancelledError: the worker is stopping (:meth:`stop_waiting`).
+            asyncio.CancelledError: the worker is stopping, or this wait's scope was given
+                up (:meth:`stop_waiting`).
         """
         task = asyncio.current_task()
-        if self._stopping or task is None:
+        scope = WAIT_SCOPE.get()
+        if self._stopping or task is None or self._given_up(scope):
             raise asyncio.CancelledError
         self._on_refused()
-        self._waiters[task] = WAIT_SCOPE.get()
+        self._waiters[task] = scope
         try:
             while self.cap_usd is not None and (spent := self.window.total()) >= self.cap_usd:
                 release = self.window.seconds_until_release()
@@ -208,10 +217,23 @@ class SpendCap:
     def stop_waiting(self, scopes: Collection[Hashable] | None = None) -> None:
         """Cancel the requests waiting for room: the worker is stopping (``scopes`` None:
         every wait, and any that would start), or giving up the partitions ``scopes`` names
-        (the waits whose :data:`WAIT_SCOPE` is one of them). Their evaluations are
-        redelivered rather than waited for; nothing of them was sent."""
+        (the waits whose :data:`WAIT_SCOPE` is one of them, and any that would start in
+        them: a scope names one assignment, never assigned again). Their evaluations are
+        redelivered rather than waited for; nothing of them was sent.
+
+        Only scopes that can be weakly referenced are remembered for later waits (held
+        weakly, so memory stays bounded); others (e.g. a bare partition, which may be
+        assigned again) cancel only the waits already started."""
         if scopes is None:
             self._stopping = True
+        else:
+            for scope in scopes:
+                with contextlib.suppress(TypeError):
+                    self._stopped.add(scope)
         for task, scope in list(self._waiters.items()):
             if scopes is None or scope in scopes:
                 task.cancel()
+
+    def _given_up(self, scope: Hashable | None) -> bool:
+        # A WeakSet answers False for what cannot be weakly referenced (never remembered).
+        return scope is not None and scope in self._stopped
