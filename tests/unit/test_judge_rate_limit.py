@@ -23,6 +23,7 @@ from evalstream.errors import JudgeError, JudgeUnavailableError
 from evalstream.judges.base import JudgeRequest
 from evalstream.judges.openai_compat import OpenAIJudge
 from evalstream.judges.resilience import PauseGate
+from evalstream.judges.spend import WAIT_SCOPE
 from evalstream.metrics import Metrics
 from tests.support.clock import FakeClock
 from tests.support.llm_server import FakeLLM, llm_server
@@ -273,3 +274,45 @@ async def test_after_a_pause_one_probe_goes_and_its_outcome_releases_the_rest() 
     assert rest == [False, False]
     assert not gate.paused
     assert await gate.acquire() is False
+
+
+async def test_a_revoke_or_a_stop_cancels_the_requests_held_at_the_pause() -> None:
+    """They sent nothing and may wait backoff_max_s: like waits at a spend cap, a revoke
+    of their scope (or a stop) cancels them, and refuses those that come later (they
+    slowed a revoke and a stop by up to the pause, then sent for a partition given up)."""
+    metrics = Metrics()
+
+    class Assignment:
+        pass
+
+    revoked, kept = Assignment(), Assignment()
+    async with llm_server(retry_after="5") as server:
+        server.fail_next("429")
+        judge = make_judge(server, metrics, backoff_max_s=5.0, deadline_s=10.0)
+        first = asyncio.create_task(judge.judge(question(1)))
+        async with asyncio.timeout(5):
+            while not judge._sender.pause.paused:
+                await asyncio.sleep(0.01)
+
+        async def ask_in(scope: Assignment, n: int) -> None:
+            WAIT_SCOPE.set(scope)
+            await judge.judge(question(n))
+
+        gone, held = (asyncio.create_task(ask_in(s, n)) for s, n in ((revoked, 2), (kept, 3)))
+        async with asyncio.timeout(5):  # both held at the pause
+            while len(judge._spend._held) < 2:
+                await asyncio.sleep(0.01)
+        judge.stop_waiting({revoked})
+        await asyncio.wait([gone], timeout=1)
+        assert gone.cancelled()
+        late = asyncio.create_task(ask_in(revoked, 4))
+        await asyncio.wait([late], timeout=1)
+        assert late.cancelled()  # refused at once, not held until the pause ends
+        assert not held.done()
+        judge.stop_waiting()
+        await asyncio.wait([held], timeout=1)
+        assert held.cancelled()
+        first.cancel()
+        await asyncio.gather(first, return_exceptions=True)
+        await judge.aclose()
+    assert len(server.posts) == 1

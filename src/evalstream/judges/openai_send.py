@@ -27,6 +27,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import httpx
@@ -159,7 +160,13 @@ class RequestSender:
             if self.pause.paused and not usage.last_error:
                 usage.last_error = (f"{self._last_rate_limit} (to another request; this one "
                                     f"waited at the judge-wide pause)")
-            pause_probe = await self.pause.acquire(self.config.backoff_base_s / 2)
+            jitter = self.config.backoff_base_s / 2
+            if self.pause.paused:
+                # A stop or a revoke cancels a request held here (the pause may last
+                # backoff_max_s): its evaluation is redelivered, nothing of it was sent.
+                pause_probe = await self._spend.stoppable(partial(self.pause.acquire, jitter))
+            else:
+                pause_probe = await self.pause.acquire(jitter)
             settled = False
             try:
                 probe = await self.breaker.acquire()

@@ -27,6 +27,7 @@ import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Hashable
 from contextvars import ContextVar
+from typing import TypeVar
 
 from evalstream.errors import JudgeSpendCapError
 from evalstream.logging import get_logger
@@ -34,6 +35,8 @@ from evalstream.logging import get_logger
 __all__ = ["WAIT_SCOPE", "SpendCap", "SpendCapWait", "SpendWindow"]
 
 _log = get_logger(__name__)
+
+_T = TypeVar("_T")
 
 # The shortest wait before the window is looked at again: a bucket is due to leave at a
 # time computed in floating point, and a wait of 0 there must not spin.
@@ -145,6 +148,9 @@ class SpendCap:
         # The tasks waiting for room, so a stop can cancel them (their evaluations are then
         # left uncommitted and redelivered) rather than wait out the window.
         self._waiters: dict[asyncio.Task[object], Hashable | None] = {}
+        # Likewise the tasks in other waits of the judge's (the rate-limit pause): not
+        # waiting for room, so not in the gauge.
+        self._held: dict[asyncio.Task[object], Hashable | None] = {}
         self._stopping = False
         # The scopes already given up: an evaluation of a revoked partition that reaches
         # the cap later must not wait the window out for work now someone else's. Weak, so
@@ -214,6 +220,25 @@ class SpendCap:
         finally:
             self._waiters.pop(task, None)
 
+    async def stoppable(self, wait: Callable[[], Awaitable[_T]]) -> _T:
+        """Await ``wait()``, a wait of the judge's other than for room (the judge-wide
+        pause after rate limiting), so that :meth:`stop_waiting` cancels it like a wait for
+        room, and refuses it at once under the same conditions.
+
+        Raises:
+            asyncio.CancelledError: the worker is stopping, or this wait's scope was given
+                up (:meth:`stop_waiting`).
+        """
+        task = asyncio.current_task()
+        scope = WAIT_SCOPE.get()
+        if self._stopping or task is None or self._given_up(scope):
+            raise asyncio.CancelledError
+        self._held[task] = scope
+        try:
+            return await wait()
+        finally:
+            self._held.pop(task, None)
+
     def stop_waiting(self, scopes: Collection[Hashable] | None = None) -> None:
         """Cancel the requests waiting for room: the worker is stopping (``scopes`` None:
         every wait, and any that would start), or giving up the partitions ``scopes`` names
@@ -230,7 +255,7 @@ class SpendCap:
             for scope in scopes:
                 with contextlib.suppress(TypeError):
                     self._stopped.add(scope)
-        for task, scope in list(self._waiters.items()):
+        for task, scope in [*self._waiters.items(), *self._held.items()]:
             if scopes is None or scope in scopes:
                 task.cancel()
 
