@@ -48,8 +48,8 @@ from evalstream.app.health import (
 )
 from evalstream.app.label_join import HeldResult, JoinStore, parse_label, slim
 from evalstream.app.offsets import TP, OffsetTracker, PartitionState
-from evalstream.app.shutdown import close_in_order
-from evalstream.app.signals import catch_stop_signals_early, install_stop_signals
+from evalstream.app.shutdown import close_budget, close_in_order, final_commit
+from evalstream.app.signals import catch_stop_signals_early, run_until_stopped
 from evalstream.app.waits import SharedDeadline
 from evalstream.config import Settings, load_settings
 from evalstream.errors import SinkError, SourceError
@@ -285,12 +285,8 @@ class LabelJoiner:
                 failure = exc
                 log.error("label_joiner_failed", error=str(exc))
         # 3. Commit what no longer waits, then close, within one budget.
-        budget = SharedDeadline(12.0, 5.0, 0.2)
-        try:
-            async with asyncio.timeout(budget.step()):
-                await self.committer.commit()
-        except TimeoutError:
-            log.warning("final_commit_timeout")
+        budget = close_budget()
+        await final_commit(self.committer, budget)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -311,23 +307,12 @@ async def run_joiner(settings: Settings, *, registry: CollectorRegistry | None =
     Raises:
         ConfigError: the configuration is invalid (before anything connects).
     """
-    joiner: LabelJoiner | None = None
-    stop_requested = False
+    async def build() -> LabelJoiner:
+        # An option aiokafka refuses is a config error (exit 2) before anything connects.
+        await check_kafka_clients(settings)
+        return LabelJoiner(settings, registry=registry)
 
-    def request_stop() -> None:
-        nonlocal stop_requested
-        stop_requested = True
-        if joiner is not None:
-            joiner.request_stop()
-
-    if handle_signals:
-        install_stop_signals(request_stop)
-    # An option aiokafka refuses is a config error (exit 2) before anything connects.
-    await check_kafka_clients(settings)
-    joiner = LabelJoiner(settings, registry=registry)
-    if stop_requested:
-        joiner.request_stop()
-    return await joiner.run(ready_event)
+    return await run_until_stopped(build, ready_event, handle_signals=handle_signals)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -14,14 +14,24 @@ import signal
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    import asyncio
+    from collections.abc import Awaitable, Callable, Iterator
     from types import FrameType
+    from typing import Protocol
+
+    class Stoppable(Protocol):
+        """A service run until asked to stop: the worker, the label joiner."""
+
+        def request_stop(self) -> None: ...
+
+        async def run(self, ready_event: asyncio.Event | None = None) -> int: ...
 
 # Nothing heavy at import time (asyncio is imported where the loop's handlers are
 # installed): ``evalstream run`` imports this module first, to catch a SIGTERM as early as
 # it can (see ``cli.main``).
 
-__all__ = ["EXIT_FORCED", "catch_stop_signals_early", "install_stop_signals"]
+__all__ = ["EXIT_FORCED", "catch_stop_signals_early", "install_stop_signals",
+           "run_until_stopped"]
 
 #: The exit code of a second Ctrl-C (128 + SIGINT, as a shell reports it).
 EXIT_FORCED = 130
@@ -88,3 +98,29 @@ def install_stop_signals(stop: Callable[[], None]) -> None:
     # Checked after the loop's handlers are in place, so no signal falls between the two.
     if _requests.stop:
         stop()
+
+
+async def run_until_stopped(build: Callable[[], Awaitable[Stoppable]],
+                            ready_event: asyncio.Event | None = None, *,
+                            handle_signals: bool = True) -> int:
+    """Build a service with ``build`` and run it until stopped; return its exit code.
+
+    With ``handle_signals``, SIGTERM/SIGINT stop it (see :func:`install_stop_signals`) from
+    before ``build`` starts: building can take a while, and a SIGTERM meanwhile (a rollout
+    replacing a pod still starting) must stop the service once built, not kill it.
+    """
+    service: Stoppable | None = None
+    stop_requested = False
+
+    def request_stop() -> None:
+        nonlocal stop_requested
+        stop_requested = True
+        if service is not None:
+            service.request_stop()
+
+    if handle_signals:
+        install_stop_signals(request_stop)
+    service = await build()
+    if stop_requested:
+        service.request_stop()
+    return await service.run(ready_event)

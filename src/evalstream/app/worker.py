@@ -60,7 +60,7 @@ from evalstream.app.shutdown import (
     flush_sink,
     stop_judge_waits,
 )
-from evalstream.app.signals import install_stop_signals
+from evalstream.app.signals import run_until_stopped
 from evalstream.app.waits import SharedDeadline
 from evalstream.config import Settings
 from evalstream.errors import ConfigError, SinkError, SourceError
@@ -356,26 +356,16 @@ async def run_worker(settings: Settings, *, registry: CollectorRegistry | None =
     Raises:
         ConfigError: the configuration is invalid (before anything connects).
     """
-    worker: Worker | None = None
-    stop_requested = False
+    async def build() -> Worker:
+        # Before anything connects: an option aiokafka refuses is a config error (exit 2),
+        # not a failure after the first client has started.
+        await check_kafka_clients(settings)
+        worker = Worker(settings, registry=registry, **worker_options)
+        # Everything built so far (modules, models, lexicons) lives as long as the process:
+        # moving it out of the collector's generations keeps full collections cheap.
+        gc.freeze()
+        return worker
 
-    def request_stop() -> None:
-        nonlocal stop_requested
-        stop_requested = True
-        if worker is not None:
-            worker.request_stop()
-
-    # First: building the worker (plugins, models, lexicons) takes a while, and a SIGTERM
-    # meanwhile (a rollout replacing a pod still starting) must stop it, not kill it.
-    if handle_signals:
-        install_stop_signals(request_stop)
-    # Before anything connects: an option aiokafka refuses is a config error (exit 2), not
-    # a failure after the first client has started.
-    await check_kafka_clients(settings)
-    worker = Worker(settings, registry=registry, **worker_options)
-    # Everything built so far (modules, models, lexicons) lives as long as the process:
-    # moving it out of the collector's generations keeps full collections cheap.
-    gc.freeze()
-    if stop_requested:
-        worker.request_stop()
-    return await worker.run(ready_event)
+    # Signals are handled from before the worker is built (plugins, models, lexicons take
+    # a while): a SIGTERM meanwhile stops it, not kills it.
+    return await run_until_stopped(build, ready_event, handle_signals=handle_signals)
