@@ -25,7 +25,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Awaitable, Callable, Collection, Hashable
+from collections.abc import Awaitable, Callable, Collection, Hashable, Iterator
 from contextvars import ContextVar
 from typing import TypeVar
 
@@ -202,13 +202,8 @@ class SpendCap:
             asyncio.CancelledError: the worker is stopping, or this wait's scope was given
                 up (:meth:`stop_waiting`).
         """
-        task = asyncio.current_task()
-        scope = WAIT_SCOPE.get()
-        if self._stopping or task is None or self._given_up(scope):
-            raise asyncio.CancelledError
-        self._on_refused()
-        self._waiters[task] = scope
-        try:
+        with self._stoppable_wait(self._waiters):
+            self._on_refused()
             while self.cap_usd is not None and (spent := self.window.total()) >= self.cap_usd:
                 release = self.window.seconds_until_release()
                 if not self._logged:
@@ -217,8 +212,6 @@ class SpendCap:
                                  cap_usd=self.cap_usd, spent_usd=round(spent, 6),
                                  release_in_s=round(release, 1))
                 await self._sleep(max(release, _MIN_RECHECK_S))
-        finally:
-            self._waiters.pop(task, None)
 
     async def stoppable(self, wait: Callable[[], Awaitable[_T]]) -> _T:
         """Await ``wait()``, a wait of the judge's other than for room (the judge-wide
@@ -229,15 +222,24 @@ class SpendCap:
             asyncio.CancelledError: the worker is stopping, or this wait's scope was given
                 up (:meth:`stop_waiting`).
         """
+        with self._stoppable_wait(self._held):
+            return await wait()
+
+    @contextlib.contextmanager
+    def _stoppable_wait(self, waits: dict[asyncio.Task[object], Hashable | None],
+                        ) -> Iterator[None]:
+        """Hold the current task in ``waits`` (with its :data:`WAIT_SCOPE`) for the block,
+        so that :meth:`stop_waiting` can cancel it; refuse at once (CancelledError) when
+        stopping or when that scope was already given up."""
         task = asyncio.current_task()
         scope = WAIT_SCOPE.get()
         if self._stopping or task is None or self._given_up(scope):
             raise asyncio.CancelledError
-        self._held[task] = scope
+        waits[task] = scope
         try:
-            return await wait()
+            yield
         finally:
-            self._held.pop(task, None)
+            waits.pop(task, None)
 
     def stop_waiting(self, scopes: Collection[Hashable] | None = None) -> None:
         """Cancel the requests waiting for room: the worker is stopping (``scopes`` None:
