@@ -107,34 +107,20 @@ async def test_an_unrelated_400_fails_that_request_and_keeps_logprobs() -> None:
     assert asked_logprobs(server) == [True, True]
 
 
-@pytest.mark.parametrize("error", [
-    {"error": {"message": "logprobs is not supported for this model",
-               "type": "invalid_request_error", "param": None}},
-    {"error": {"message": "Invalid parameter", "param": "top_logprobs"}},
-    {"error": "Unsupported parameter: 'logprobs'"},
-])
-async def test_a_400_naming_logprobs_switches_auto_mode_to_json(error: dict[str, Any]) -> None:
-    def script(body: Any) -> Reply | None:
-        return reply(400, error) if body.get("logprobs") else None
-
-    async with scripted(script) as server:
-        judge = make_judge(server)
-        first = await judge.judge(question())
-        second = await judge.judge(question("other"))
-        await judge.aclose()
-    assert first.p("yes") == 1.0  # the server's JSON answer '{"output": "yes"}'
-    assert second.p("yes") == 1.0
-    assert asked_logprobs(server) == [True, False, False]
-
-
-async def test_a_200_carrying_a_400_that_names_logprobs_switches_auto_mode_to_json() -> None:
+@pytest.mark.parametrize(("status", "error"), [
+    (400, {"error": {"message": "logprobs is not supported for this model",
+                     "type": "invalid_request_error", "param": None}}),
+    (400, {"error": {"message": "Invalid parameter", "param": "top_logprobs"}}),
+    (400, {"error": "Unsupported parameter: 'logprobs'"}),
     # A gateway that wraps the backend's rejection in a 200 (OpenRouter-style error body):
     # the same rejection as an HTTP 400 saying so. Was a generic, non-retryable JudgeError
     # failing every evaluation while logprobs stayed on.
-    wrapped = {"error": {"code": 400, "message": "logprobs is not supported"}}
-
+    (200, {"error": {"code": 400, "message": "logprobs is not supported"}}),
+], ids=["400-openai", "400-param", "400-string", "200-wrapping-a-400"])
+async def test_a_rejection_naming_logprobs_switches_auto_mode_to_json(
+        status: int, error: dict[str, Any]) -> None:
     def script(body: Any) -> Reply | None:
-        return reply(200, wrapped) if body.get("logprobs") else None
+        return reply(status, error) if body.get("logprobs") else None
 
     async with scripted(script) as server:
         judge = make_judge(server)
