@@ -15,9 +15,12 @@ the work. Commits never stop it (they are retried, and cover the same offsets la
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from collections import defaultdict
+from collections.abc import AsyncIterator, MutableMapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -122,29 +125,48 @@ async def freeze_mid_stream(own: Broker, worker: Worker) -> None:
     own.pause()
 
 
-def problems(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def problems(logs: list[MutableMapping[str, Any]]) -> list[MutableMapping[str, Any]]:
     return [e for e in logs if e["log_level"] == "error" and "worker" in e["event"]]
+
+
+@dataclass
+class FrozenRun:
+    """A worker's run through a freeze: what the checks afterwards need."""
+
+    topics: Topics
+    settings: Settings
+    logs: list[MutableMapping[str, Any]]
+    task: asyncio.Task[int]
+    ends: dict[int, int]
+
+
+@contextlib.asynccontextmanager
+async def frozen_mid_stream(own: Broker, **kafka: Any) -> AsyncIterator[FrozenRun]:
+    """A worker on ``own`` (``sections(**kafka)``, logs captured) fed :func:`stream`, with
+    the broker frozen once results are out and work is in flight. The caller resumes it."""
+    topics = Topics.fresh("freeze")
+    await topics.create(own.bootstrap, partitions=PARTITIONS)
+    settings = settings_for(own.bootstrap, topics, **sections(**kafka))
+    worker = Worker(settings, registry=CollectorRegistry())
+    with structlog.testing.capture_logs() as logs:
+        async with running(worker) as task:
+            ends = await produce(own.bootstrap, topics.inputs, stream())
+            await freeze_mid_stream(own, worker)
+            yield FrozenRun(topics, settings, logs, task, ends)
 
 
 async def test_a_short_freeze_is_waited_out(tmp_path: Path) -> None:
     """Shorter than the request timeout (default 40 s): publishes and commits just wait."""
     with run_broker(tmp_path) as own:
-        topics = Topics.fresh("freeze")
-        await topics.create(own.bootstrap, partitions=PARTITIONS)
-        settings = settings_for(own.bootstrap, topics, **sections())
-        worker = Worker(settings, registry=CollectorRegistry())
-        with structlog.testing.capture_logs() as logs:
-            async with running(worker) as task:
-                ends = await produce(own.bootstrap, topics.inputs, stream())
-                await freeze_mid_stream(own, worker)
-                try:
-                    await asyncio.sleep(3)  # the outage itself
-                finally:
-                    own.resume()
-                await wait_until_committed(own, topics, ends, task)
-        assert task.result() == 0
-        assert problems(logs) == []
-        await check_delivered(own, topics, settings, ends)
+        async with frozen_mid_stream(own) as run:
+            try:
+                await asyncio.sleep(3)  # the outage itself
+            finally:
+                own.resume()
+            await wait_until_committed(own, run.topics, run.ends, run.task)
+        assert run.task.result() == 0
+        assert problems(run.logs) == []
+        await check_delivered(own, run.topics, run.settings, run.ends)
 
 
 async def test_a_freeze_past_the_request_timeout_is_ridden_through(tmp_path: Path) -> None:
@@ -156,27 +178,21 @@ async def test_a_freeze_past_the_request_timeout_is_ridden_through(tmp_path: Pat
     retriable; that once stopped the worker after the request timeout.
     """
     with run_broker(tmp_path) as own:
-        topics = Topics.fresh("freeze")
-        await topics.create(own.bootstrap, partitions=PARTITIONS)
-        settings = settings_for(own.bootstrap, topics, **sections(
-            **SHORT_REQUEST_TIMEOUT, connect_timeout_s=30, producer_batch_bytes=1024))
-        worker = Worker(settings, registry=CollectorRegistry())
-        with structlog.testing.capture_logs() as logs:
-            async with running(worker) as task:
-                ends = await produce(own.bootstrap, topics.inputs, stream())
-                await freeze_mid_stream(own, worker)
-                try:
-                    await wait_for(lambda: any(e["event"] == "publish_retrying" for e in logs),
-                                   10, "publishes timing out")
-                    await asyncio.sleep(2.5)  # one more request timeout, frozen
-                    assert not task.done(), problems(logs)
-                finally:
-                    own.resume()
-                await wait_until_committed(own, topics, ends, task)
-        assert task.result() == 0
+        async with frozen_mid_stream(own, **SHORT_REQUEST_TIMEOUT, connect_timeout_s=30,
+                                     producer_batch_bytes=1024) as run:
+            logs = run.logs
+            try:
+                await wait_for(lambda: any(e["event"] == "publish_retrying" for e in logs),
+                               10, "publishes timing out")
+                await asyncio.sleep(2.5)  # one more request timeout, frozen
+                assert not run.task.done(), problems(logs)
+            finally:
+                own.resume()
+            await wait_until_committed(own, run.topics, run.ends, run.task)
+        assert run.task.result() == 0
         assert problems(logs) == []
         assert any(e["event"] == "publish_recovered" for e in logs)
-        await check_delivered(own, topics, settings, ends)
+        await check_delivered(own, run.topics, run.settings, run.ends)
 
 
 async def test_a_freeze_past_connect_timeout_stops_the_worker_and_a_restart_finishes(
@@ -185,26 +201,20 @@ async def test_a_freeze_past_connect_timeout_stops_the_worker_and_a_restart_fini
     names the setting; what it had not committed is done by the next worker."""
     connect_timeout = 3.0
     with run_broker(tmp_path) as own:
-        topics = Topics.fresh("freeze")
-        await topics.create(own.bootstrap, partitions=PARTITIONS)
-        settings = settings_for(own.bootstrap, topics, **sections(
-            **SHORT_REQUEST_TIMEOUT, connect_timeout_s=connect_timeout))
-        worker = Worker(settings, registry=CollectorRegistry())
-        with structlog.testing.capture_logs() as logs:
-            async with running(worker) as task:
-                ends = await produce(own.bootstrap, topics.inputs, stream())
-                await freeze_mid_stream(own, worker)
-                frozen = time.monotonic()
-                try:
-                    # Retried for connect_timeout_s (after a request timeout), then the stop
-                    # steps each wait out their share of the close budget, the broker frozen.
-                    await wait_for(task.done, 2.5 + connect_timeout + shutdown_module
-                                   ._CLOSE_BUDGET_S + 5, "the worker to give up")
-                finally:
-                    own.resume()
-                took = time.monotonic() - frozen
-        assert task.result() == 1
-        [failed] = problems(logs)
+        async with frozen_mid_stream(own, **SHORT_REQUEST_TIMEOUT,
+                                     connect_timeout_s=connect_timeout) as run:
+            frozen = time.monotonic()
+            try:
+                # Retried for connect_timeout_s (after a request timeout), then the stop
+                # steps each wait out their share of the close budget, the broker frozen.
+                await wait_for(run.task.done, 2.5 + connect_timeout + shutdown_module
+                               ._CLOSE_BUDGET_S + 5, "the worker to give up")
+            finally:
+                own.resume()
+            took = time.monotonic() - frozen
+        topics, settings, ends = run.topics, run.settings, run.ends
+        assert run.task.result() == 1
+        [failed] = problems(run.logs)
         assert failed["event"] == "worker_failed"
         assert "kafka.connect_timeout_s" in failed["error"], failed
         assert took > connect_timeout
