@@ -20,12 +20,16 @@ from prometheus_client import CollectorRegistry
 from evalstream.app.worker import Worker
 from evalstream.config import OpenAIJudgeConfig, Settings, load_settings
 from tests.integration.workerkit import (
+    CAPPED_LLM,
+    LLM_AND_CASCADE_ROUTES,
     Topics,
+    capped_judges,
     committed,
     config_dict,
     event_json,
     results,
     running,
+    wait_committed_total,
     wait_for,
     write_config,
 )
@@ -35,9 +39,7 @@ from tests.support.llm_server import llm_server
 
 pytestmark = pytest.mark.integration
 
-LLM = {"type": "openai", "model": "m", "max_retries": 0, "timeout_s": 10,
-       "max_concurrency": 1, "cache_size": 0, "price_output_per_1k": 1000.0,
-       "spend_cap_usd": 2.0, "spend_cap_window_s": 3600, "on_spend_cap": "wait"}
+LLM = {**CAPPED_LLM, "on_spend_cap": "wait"}
 
 
 def with_window(settings: Settings, judge: str, window_s: float) -> Settings:
@@ -62,15 +64,8 @@ async def test_a_waiting_cap_pauses_intake_and_evaluates_everything_once_it_free
     async with llm_server() as server:
         config = write_config(tmp_path / "worker.yaml", config_dict(
             broker.bootstrap, topics,
-            judges={"llm": {**LLM, "base_url": server.url},
-                    # min_confidence 1: escalate every answer the builtin is not sure of.
-                    "cheap-first": {"type": "cascade", "first": "builtin", "then": "llm",
-                                    "min_confidence": 1.0}},
-            worker={"max_in_flight": 2},
-            routes=[{"name": "support", "evaluators": [
-                {"evaluator": "refusal", "judge": "llm"},
-                {"evaluator": "refusal", "judge": "cheap-first", "name": "refusal_cascade"},
-            ]}]))
+            judges=capped_judges(server.url, on_spend_cap="wait"), worker={"max_in_flight": 2},
+            routes=LLM_AND_CASCADE_ROUTES))
         worker = Worker(with_window(load_settings(config), "llm", 0.6), registry=registry)
         seen: dict[str, Any] = {"capped_and_paused": False}
 
@@ -90,12 +85,7 @@ async def test_a_waiting_cap_pauses_intake_and_evaluates_everything_once_it_free
                           [event_json(i, refuse=i % 2 == 1) for i in range(events)])
             published = await results(broker.bootstrap, topics.results, expect=2 * events,
                                       timeout=60)
-
-            async def all_committed() -> bool:
-                offsets = await committed(broker.bootstrap, topics.group, topics.inputs, 2)
-                return sum(offsets.values()) == events
-
-            await wait_for(all_committed, 15, "offsets committed past every event")
+            await wait_committed_total(broker.bootstrap, topics, 2, events)
             watcher.cancel()
             assert value(registry, "evalstream_in_flight_evaluations") == 0
             assert value(registry, "evalstream_judge_spend_cap_waiting_requests",

@@ -18,13 +18,14 @@ from prometheus_client import CollectorRegistry
 from evalstream.app.worker import Worker
 from evalstream.config import load_settings
 from tests.integration.workerkit import (
+    LLM_AND_CASCADE_ROUTES,
     Topics,
-    committed,
+    capped_judges,
     config_dict,
     event_json,
     results,
     running,
-    wait_for,
+    wait_committed_total,
     write_config,
 )
 from tests.support.broker import Broker
@@ -44,30 +45,15 @@ async def test_a_capped_judge_publishes_error_results_and_the_worker_keeps_up(
     async with llm_server() as server:
         config = write_config(tmp_path / "worker.yaml", config_dict(
             broker.bootstrap, topics,
-            judges={"llm": {"type": "openai", "base_url": server.url, "model": "m",
-                            "max_retries": 0, "timeout_s": 10, "max_concurrency": 1,
-                            "cache_size": 0, "price_output_per_1k": 1000.0,
-                            "spend_cap_usd": 2.0, "spend_cap_window_s": 3600},
-                    # min_confidence 1: escalate every answer the builtin is not sure of.
-                    "cheap-first": {"type": "cascade", "first": "builtin", "then": "llm",
-                                    "min_confidence": 1.0}},
-            worker={"max_in_flight": 4},
-            routes=[{"name": "support", "evaluators": [
-                {"evaluator": "refusal", "judge": "llm"},
-                {"evaluator": "refusal", "judge": "cheap-first", "name": "refusal_cascade"},
-            ]}]))
+            judges=capped_judges(server.url), worker={"max_in_flight": 4},
+            routes=LLM_AND_CASCADE_ROUTES))
         worker = Worker(load_settings(config), registry=registry)
         async with running(worker):
             await produce(broker.bootstrap, topics.inputs,
                           [event_json(i, refuse=i % 2 == 1) for i in range(EVENTS)])
             published = await results(broker.bootstrap, topics.results, expect=2 * EVENTS,
                                       timeout=30)
-
-            async def all_committed() -> bool:
-                offsets = await committed(broker.bootstrap, topics.group, topics.inputs, 2)
-                return sum(offsets.values()) == EVENTS
-
-            await wait_for(all_committed, 15, "offsets committed past every event")
+            await wait_committed_total(broker.bootstrap, topics, 2, EVENTS)
             assert registry.get_sample_value("evalstream_in_flight_evaluations") == 0
             assert registry.get_sample_value("evalstream_ready") == 1
 

@@ -145,6 +145,41 @@ async def committed(bootstrap: str, group: str, topic: str, partitions: int) -> 
         await consumer.stop()
 
 
+async def wait_committed_total(bootstrap: str, topics: Topics, partitions: int, total: int,
+                               timeout: float = 15) -> None:
+    """Until the group's committed offsets over ``partitions`` add up to ``total``."""
+    async def all_committed() -> bool:
+        offsets = await committed(bootstrap, topics.group, topics.inputs, partitions)
+        return sum(offsets.values()) == total
+
+    await wait_for(all_committed, timeout, "offsets committed past every event")
+
+
+#: An ``openai`` judge on the fake LLM server (``tests/support/llm_server.py``, which
+#: reports 1 completion token) where every answered request costs exactly $1 ($1000 per 1k
+#: output tokens) against a $2 cap, one request at a time, no retries and no cache.
+CAPPED_LLM: dict[str, Any] = {
+    "type": "openai", "model": "m", "max_retries": 0, "timeout_s": 10, "max_concurrency": 1,
+    "cache_size": 0, "price_output_per_1k": 1000.0, "spend_cap_usd": 2.0,
+    "spend_cap_window_s": 3600}
+
+#: One route scoring refusal with judge ``llm`` and again (``refusal_cascade``) with the
+#: cascade ``cheap-first`` of :func:`capped_judges`.
+LLM_AND_CASCADE_ROUTES: list[dict[str, Any]] = [{"name": "support", "evaluators": [
+    {"evaluator": "refusal", "judge": "llm"},
+    {"evaluator": "refusal", "judge": "cheap-first", "name": "refusal_cascade"},
+]}]
+
+
+def capped_judges(base_url: str, **llm: Any) -> dict[str, Any]:
+    """Judge ``llm`` (:data:`CAPPED_LLM` at ``base_url``, updated by ``llm``) and a cascade
+    ``cheap-first`` from the builtin judge to it."""
+    return {"llm": {**CAPPED_LLM, "base_url": base_url, **llm},
+            # min_confidence 1: escalate every answer the builtin is not sure of.
+            "cheap-first": {"type": "cascade", "first": "builtin", "then": "llm",
+                            "min_confidence": 1.0}}
+
+
 async def results(bootstrap: str, topic: str, expect: int | None = None,
                   timeout: float = 30.0) -> list[dict[str, Any]]:
     """Every result on ``topic`` decoded, with its headers under ``_headers``."""
