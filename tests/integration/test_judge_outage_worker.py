@@ -92,6 +92,19 @@ def check_answer(r: dict[str, Any]) -> None:
                                          else ("not_refused", True))
 
 
+async def wait_held_as_lag(worker: Worker, topics: Topics, judge_waiting: str,
+                           what: str) -> None:
+    """Backpressure: every slot waits for the judge, intake paused, the rest is lag; and
+    the judge's metric ``judge_waiting`` (for judge ``llm``) shows what it waits on."""
+    await wait_for(lambda: worker.in_flight == MAX_IN_FLIGHT and worker.slots.paused,
+                   10, "intake paused at max_in_flight")
+    assert sample(worker, "evalstream_consumer_paused") == 1
+    await wait_for(lambda: sample(worker, judge_waiting, judge="llm") > 0, 5, what)
+    await wait_for(lambda: sum(sample(
+        worker, "evalstream_consumer_lag_messages", topic=topics.inputs,
+        partition=str(p)) for p in range(PARTITIONS)) > 0, 5, "consumer lag")
+
+
 async def run_through_outage(broker: Broker, server: FakeLLM, fault: str, judge: dict[str, Any],
                              during: Any = None) -> tuple[Worker, list[dict[str, Any]]]:
     """Stream EVENTS events, take the judge down once some are answered, bring it back
@@ -130,15 +143,8 @@ async def run_through_outage(broker: Broker, server: FakeLLM, fault: str, judge:
 @pytest.mark.parametrize("fault", ["503", "timeout", "refused"])
 async def test_a_judge_outage_is_held_as_lag_and_caught_up(broker: Broker, fault: str) -> None:
     async def held(worker: Worker, topics: Topics) -> None:
-        # Backpressure: every slot waits for the judge, intake paused, the rest is lag.
-        await wait_for(lambda: worker.in_flight == MAX_IN_FLIGHT and worker.slots.paused,
-                       10, "intake paused at max_in_flight")
-        assert sample(worker, "evalstream_consumer_paused") == 1
-        await wait_for(lambda: sample(worker, "evalstream_judge_circuit_state",
-                                      judge="llm") > 0, 5, "the circuit opening")
-        await wait_for(lambda: sum(sample(
-            worker, "evalstream_consumer_lag_messages", topic=topics.inputs,
-            partition=str(p)) for p in range(PARTITIONS)) > 0, 5, "consumer lag")
+        await wait_held_as_lag(worker, topics, "evalstream_judge_circuit_state",
+                               "the circuit opening")
 
     async with llm_server(decide=decide, timeout_delay_s=2.0) as server:
         worker, published = await run_through_outage(
@@ -159,14 +165,9 @@ async def test_a_rate_limited_judge_is_held_as_lag_and_caught_up(broker: Broker)
     slots fill, intake pauses and the period is lag; afterwards every event has the
     judge's answer."""
     async def held(worker: Worker, topics: Topics) -> None:
-        await wait_for(lambda: worker.in_flight == MAX_IN_FLIGHT and worker.slots.paused,
-                       10, "intake paused at max_in_flight")
-        assert sample(worker, "evalstream_consumer_paused") == 1
-        await wait_for(lambda: sample(worker, "evalstream_judge_rate_limit_paused_seconds_total",
-                                      judge="llm") > 0, 5, "the judge-wide pause")
-        await wait_for(lambda: sum(sample(
-            worker, "evalstream_consumer_lag_messages", topic=topics.inputs,
-            partition=str(p)) for p in range(PARTITIONS)) > 0, 5, "consumer lag")
+        await wait_held_as_lag(worker, topics,
+                               "evalstream_judge_rate_limit_paused_seconds_total",
+                               "the judge-wide pause")
         # A 429 is an answer: the breaker stays closed.
         assert sample(worker, "evalstream_judge_circuit_state", judge="llm") == 0
 
