@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 import structlog
 
-from evalstream.app.health import NO_PARTITIONS, watch_lag, watch_readiness
+from evalstream.app.health import NO_PARTITIONS, not_ready_reason, watch_lag, watch_readiness
 from evalstream.metrics import Metrics
+from evalstream.sources.base import Source
 
 
 class LagSource:
@@ -94,3 +96,19 @@ async def test_each_change_of_readiness_is_logged_once() -> None:
             await task
     changes = [(e["ready"], e["reason"]) for e in logs if e["event"] == "readiness"]
     assert changes == [(True, None), (False, NO_PARTITIONS), (False, "stopping")]
+
+
+@pytest.mark.parametrize(("stopping", "started", "connected", "assigned", "reason"), [
+    (True, True, True, True, "stopping"),  # stopping comes first, whatever else holds
+    (False, False, True, True, "connecting to the broker"),
+    (False, True, False, True, "the broker did not answer the last check"),
+    (False, True, True, False, NO_PARTITIONS),
+    (False, True, True, True, None),
+])
+def test_not_ready_reason_names_the_first_thing_missing(
+        stopping: bool, started: bool, connected: bool, assigned: bool,
+        reason: str | None) -> None:
+    source = SimpleNamespace(connected=connected,
+                             assignment=lambda: {("in", 0)} if assigned else set())
+    assert not_ready_reason(stopping=stopping, started=started,
+                            source=cast(Source, source)) == reason

@@ -20,12 +20,28 @@ from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
 from evalstream.sources.base import Source, Unfinished
 
-__all__ = ["NO_PARTITIONS", "HealthServer", "watch_connection", "watch_lag", "watch_readiness"]
+__all__ = ["NO_PARTITIONS", "HealthServer", "not_ready_reason", "watch_connection", "watch_lag",
+           "watch_readiness"]
 
 #: The reason a connected worker is not ready when the group gave it no partition.
 NO_PARTITIONS = "no partitions assigned"
 
 log = get_logger(__name__)
+
+
+def not_ready_reason(*, stopping: bool, started: bool, source: Source) -> str | None:
+    """Why a consuming service (the worker, the label joiner) is not ready, or None when it
+    is: what /readyz tells on-call."""
+    if stopping:
+        return "stopping"
+    if not started:
+        return "connecting to the broker"
+    if not source.connected:
+        return "the broker did not answer the last check"
+    if not source.assignment():
+        # e.g. more replicas than partitions, or an input topic that does not exist
+        return NO_PARTITIONS
+    return None
 
 _READ_TIMEOUT_S = 5.0
 _MAX_REQUEST_BYTES = 16_384

@@ -40,8 +40,8 @@ from evalstream.app.checks import check_kafka_clients
 from evalstream.app.commits import Committer
 from evalstream.app.connect import connect
 from evalstream.app.health import (
-    NO_PARTITIONS,
     HealthServer,
+    not_ready_reason,
     watch_connection,
     watch_lag,
     watch_readiness,
@@ -130,13 +130,8 @@ class LabelJoiner:
 
     def not_ready(self) -> str | None:
         """Why the joiner is not ready, or None when it is."""
-        if self._stop.is_set():
-            return "stopping"
-        if not self._started:
-            return "connecting to the broker"
-        if not self.source.connected:
-            return "the broker did not answer the last check"
-        return None if self.source.assignment() else NO_PARTITIONS
+        return not_ready_reason(stopping=self._stop.is_set(), started=self._started,
+                                source=self.source)
 
     def request_stop(self) -> None:
         """Begin a graceful stop (safe from a signal handler, idempotent)."""

@@ -38,8 +38,8 @@ from evalstream.app.checks import (
 from evalstream.app.commits import Committer
 from evalstream.app.connect import connect
 from evalstream.app.health import (
-    NO_PARTITIONS,
     HealthServer,
+    not_ready_reason,
     watch_connection,
     watch_lag,
     watch_readiness,
@@ -178,16 +178,8 @@ class Worker:
 
     def not_ready(self) -> str | None:
         """Why the worker is not ready, or None when it is (what /readyz tells on-call)."""
-        if self._stop.is_set():
-            return "stopping"
-        if not self._started:
-            return "connecting to the broker"
-        if not self.source.connected:
-            return "the broker did not answer the last check"
-        if not self.source.assignment():
-            # e.g. more replicas than partitions, or an input topic that does not exist
-            return NO_PARTITIONS
-        return None
+        return not_ready_reason(stopping=self._stop.is_set(), started=self._started,
+                                source=self.source)
 
     def request_stop(self) -> None:
         """Begin a graceful stop (safe to call from a signal handler, idempotent)."""
