@@ -147,10 +147,8 @@ class SessionPath:
         windows: list[Window] = self.store.abandon(tps)
         for window in windows:
             self._closed[(window.route, "abandoned")](1)
-            for member in window.members:
-                self._tracker.abandon(member.state, member.offset, 1)
+            self._abandon_members(window.members)
         if windows:
-            self._committer.progressed()
             log.info("sessions_abandoned", sessions=len(windows),
                      events=sum(len(w.members) for w in windows))
         return len(windows)
@@ -182,21 +180,26 @@ class SessionPath:
         # gather starts inherit it). A window may span partitions; a rebalance is eager
         # (every partition is revoked at once), so its first member's assignment does.
         WAIT_SCOPE.set(closed.members[0].state)
-        tracker = self._tracker
         try:
             done = await asyncio.gather(*(self._one(event, p, extra) for p in closed.planned))
         except asyncio.CancelledError:
             # Cancelled (a stop, the drain's deadline, a revoke cancelling a wait at a spend
             # cap): its members never complete. Abandoned, so a revoke does not wait its
             # deadline for them, and never committed past: they are redelivered.
-            for member in closed.members:
-                tracker.abandon(member.state, member.offset, 1)
-            self._committer.progressed()
+            self._abandon_members(closed.members)
             raise
         if not all(done):
             return  # the worker is failing: leave the offsets incomplete (redelivered)
+        tracker = self._tracker
         for member in closed.members:
             tracker.done(member.state, member.offset)
+        self._committer.progressed()
+
+    def _abandon_members(self, members: Sequence[Member]) -> None:
+        """Give up ``members``' offsets: never committed here, so redelivered."""
+        tracker = self._tracker
+        for member in members:
+            tracker.abandon(member.state, member.offset, 1)
         self._committer.progressed()
 
     async def _one(self, event: TraceEvent, planned: Planned, extra: dict[str, Any]) -> bool:

@@ -211,16 +211,18 @@ class SessionStore:
             gone = [w for w in state.open.values()
                     if tps is None or any(m.tp in tps for m in w.members)]
             for window in gone:
-                del state.open[window.session_id]
-                del state.by_age[window.session_id]
-                state.bytes -= window.size
+                self._remove(state, window)
             out.extend(gone)
         return out
 
-    def _close(self, state: _Route, window: Window, reason: str) -> Closed:
+    @staticmethod
+    def _remove(state: _Route, window: Window) -> None:
         del state.open[window.session_id]
         del state.by_age[window.session_id]
         state.bytes -= window.size
+
+    def _close(self, state: _Route, window: Window, reason: str) -> Closed:
+        self._remove(state, window)
         parts = state.parts
         parts[window.session_id] = (window.part, reason)
         parts.move_to_end(window.session_id)
