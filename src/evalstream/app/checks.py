@@ -19,6 +19,7 @@ from evalstream.sources.kafka import KafkaSource
 __all__ = [
     "check_fields_provided",
     "check_kafka_clients",
+    "check_pipeline",
     "check_request_size",
     "check_route_topics",
     "check_settings",
@@ -195,6 +196,23 @@ def config_warnings(settings: Settings, pipeline: Pipeline) -> list[str]:
     return found
 
 
+def check_pipeline(settings: Settings, pipeline: Pipeline) -> list[str]:
+    """The checks that need the built evaluators, as ``check-config`` and ``run`` both make
+    them (one list, so the two cannot drift apart).
+
+    Returns:
+        :func:`config_warnings`: what loads and may be meant, but does nothing.
+
+    Raises:
+        ConfigError: a watched label no evaluator gives, a max_request_size below the
+            largest error result, a field a route needs that its inputs never set.
+    """
+    check_watch_labels(settings, pipeline)
+    check_request_size(settings, pipeline)
+    check_fields_provided(settings, pipeline)
+    return config_warnings(settings, pipeline)
+
+
 def check_settings(settings: Settings) -> list[str]:
     """Build judges, every route's evaluators and every input's decoder, then discard them.
 
@@ -210,14 +228,11 @@ def check_settings(settings: Settings) -> list[str]:
     check_route_topics(settings)
     metrics = Metrics()
     judges = build_judges(settings.judges, metrics)
-    pipeline = Pipeline(settings, judges, metrics)
-    check_watch_labels(settings, pipeline)
-    check_request_size(settings, pipeline)
-    check_fields_provided(settings, pipeline)
+    warnings = check_pipeline(settings, Pipeline(settings, judges, metrics))
     for topic in settings.inputs:
         decoder_for(topic)
     asyncio.run(check_kafka_clients(settings))
-    return config_warnings(settings, pipeline)
+    return warnings
 
 
 async def check_kafka_clients(settings: Settings) -> None:

@@ -27,14 +27,7 @@ from prometheus_client import CollectorRegistry
 
 from evalstream import __version__
 from evalstream.app.caught_up import CaughtUp, watch_caught_up
-from evalstream.app.checks import (
-    check_fields_provided,
-    check_kafka_clients,
-    check_request_size,
-    check_route_topics,
-    check_watch_labels,
-    config_warnings,
-)
+from evalstream.app.checks import check_kafka_clients, check_pipeline, check_route_topics
 from evalstream.app.commits import Committer
 from evalstream.app.connect import connect
 from evalstream.app.health import (
@@ -121,10 +114,7 @@ class Worker:
         self.judges: dict[str, Judge] = (
             dict(judges) if judges is not None else build_judges(settings.judges, self.metrics))
         self.pipeline = Pipeline(settings, self.judges, self.metrics)
-        check_watch_labels(settings, self.pipeline)
-        check_request_size(settings, self.pipeline)
-        check_fields_provided(settings, self.pipeline)
-        for warning in config_warnings(settings, self.pipeline):
+        for warning in check_pipeline(settings, self.pipeline):
             log.warning("config_does_nothing", warning=warning)
         self.intake = Intake(settings, self.pipeline, self.metrics)
         self.source: Source = source if source is not None else KafkaSource(
