@@ -42,11 +42,22 @@ _DELEGATED = {
 def _parser() -> argparse.ArgumentParser:
     import argparse
 
-    from evalstream import __version__
+    class _Version(argparse.Action):
+        # argparse's "version" action wants the text up front; looking the version up
+        # (importlib.metadata, ~0.1 s) is left to ``--version`` itself, not every command.
+        def __init__(self, option_strings: Sequence[str], dest: str, **_: Any) -> None:
+            super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                             help="show program's version number and exit")
+
+        def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+            from evalstream import __version__
+
+            print(f"evalstream {__version__}")  # to stdout, as argparse's action does
+            parser.exit()
 
     parser = argparse.ArgumentParser(
         prog="evalstream", description="Online evaluation of LLM traces flowing through Kafka.")
-    parser.add_argument("--version", action="version", version=f"evalstream {__version__}")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = sub.add_parser("run", help="run the streaming worker")
     run.add_argument("--config", "-c", help="YAML config file (EVALSTREAM_* env vars override)")
