@@ -157,11 +157,11 @@ class RequestSender:
             self._spend.check()
             # Before the token buckets: the requests held back by a pause then leave at
             # the configured rate, not all at once. The jitter spreads them out too.
-            if self.pause.paused and not usage.last_error:
-                usage.last_error = (f"{self._last_rate_limit} (to another request; this one "
-                                    f"waited at the judge-wide pause)")
             jitter = self.config.backoff_base_s / 2
             if self.pause.paused:
+                if not usage.last_error:
+                    usage.last_error = (f"{self._last_rate_limit} (to another request; this "
+                                        f"one waited at the judge-wide pause)")
                 # A stop or a revoke cancels a request held here (the pause may last
                 # backoff_max_s): its evaluation is redelivered, nothing of it was sent.
                 pause_probe = await self._spend.stoppable(partial(self.pause.acquire, jitter))
