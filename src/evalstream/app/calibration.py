@@ -253,7 +253,7 @@ class Calibration:
 
     def skipped(self, route: str, evaluator: str, judge: str) -> None:
         """The evaluator skipped a canary (it lacked what the evaluator needs)."""
-        self._m.canary_evaluations.labels(route, evaluator, judge, "skipped").inc()
+        self._s.evaluations.labels(route, evaluator, judge, "skipped").inc()
 
     def ignored(self, reason: str, n: int = 1) -> None:
         """Canary markings not used (``unknown_evaluator``, ``not_canary``,
