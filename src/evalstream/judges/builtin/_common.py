@@ -5,8 +5,34 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from collections.abc import Callable
+from functools import lru_cache
+from typing import TypeVar
 
 from evalstream.judges.invisible import FORMAT_ASTRAL, FORMAT_BMP, has_astral
+
+_T = TypeVar("_T")
+
+
+def cache_short(max_chars: int, maxsize: int) -> Callable[[Callable[[str], _T]],
+                                                          Callable[[str], _T]]:
+    """Cache a function of one text, for texts up to ``max_chars`` only.
+
+    Config texts (scopes, criteria, role templates) are short and repeat on every event;
+    event texts (outputs, system prompts with retrieved documents) are long and unique, and
+    a cache keyed by them would hold ``maxsize`` whole texts of up to
+    ``worker.max_message_bytes`` each, for nothing.
+    """
+    def wrap(fn: Callable[[str], _T]) -> Callable[[str], _T]:
+        cached = lru_cache(maxsize=maxsize)(fn)
+
+        def call(text: str) -> _T:
+            return fn(text) if len(text) > max_chars else cached(text)
+
+        call.__doc__, call.__name__ = fn.__doc__, fn.__name__
+        return call
+
+    return wrap
 
 __all__ = ["WORD_RE", "Signal", "as_read", "binary", "logistic", "scale", "signals_in",
            "words"]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from functools import lru_cache
+
+from evalstream.judges.builtin._common import cache_short
 
 __all__ = ["DOMAINS", "domain_profile", "overlap", "stem", "stems"]
 
@@ -95,26 +96,12 @@ def _domain_stems() -> dict[str, frozenset[str]]:
 DOMAINS: dict[str, frozenset[str]] = _domain_stems()
 
 
-#: Only texts up to this long are cached. Scopes and criteria (short, from the config)
-#: repeat on every event; outputs, inputs and conversations are unique, and a cache keyed by
-#: them held up to 4096 whole texts of up to ``worker.max_message_bytes`` each, for nothing.
-_MAX_CACHED_CHARS = 1_024
-
-
+@cache_short(max_chars=1_024, maxsize=4096)
 def domain_profile(text: str) -> dict[str, int]:
     """How many stems of ``text`` fall in each domain (short texts cached: scopes repeat)."""
-    if len(text) > _MAX_CACHED_CHARS:
-        return _domain_profile(text)
-    return _cached_domain_profile(text)
-
-
-def _domain_profile(text: str) -> dict[str, int]:
     counts: dict[str, int] = {}
     for s in stems(text):
         for name, vocab in DOMAINS.items():
             if s in vocab:
                 counts[name] = counts.get(name, 0) + 1
     return counts
-
-
-_cached_domain_profile = lru_cache(maxsize=4096)(_domain_profile)

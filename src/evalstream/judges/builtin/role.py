@@ -18,9 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
-from evalstream.judges.builtin._common import binary
+from evalstream.judges.builtin._common import binary, cache_short
 from evalstream.judges.builtin.topic import topic_adherence_probability
 
 __all__ = ["Rules", "parse_rules", "role_conformance", "score_role"]
@@ -88,21 +87,11 @@ def _ending(match: re.Match[str] | None) -> str | None:
     return str(symbol[:-1] if len(symbol) > 1 and symbol.endswith(".") else symbol)
 
 
-#: Only roles up to this long are cached: the text joins the event's system prompt, which
-#: some applications make unique per request (retrieved documents, user details), and a
-#: cache keyed by it held up to 2048 whole prompts (``Rules.scope`` holds the text too).
-_MAX_CACHED_CHARS = 4_096
-
-
+@cache_short(max_chars=4_096, maxsize=2048)
 def parse_rules(role: str) -> Rules:
-    """Extract the checkable rules from a role or system prompt (cached by text up to
-    ``_MAX_CACHED_CHARS``: templates repeat)."""
-    if len(role) > _MAX_CACHED_CHARS:
-        return _parse_rules(role)
-    return _cached_parse_rules(role)
-
-
-def _parse_rules(role: str) -> Rules:
+    """Extract the checkable rules from a role or system prompt (cached by text up to 4,096
+    characters: templates repeat; some applications make the system prompt unique per
+    request, and ``Rules.scope`` holds the text too)."""
     exact = tuple(next(g for g in m.groups() if g) for m in _EXACT.finditer(role))
     choices = _CHOICES.search(role)
     if choices:
@@ -121,9 +110,6 @@ def _parse_rules(role: str) -> Rules:
         secrets=tuple(m.group(1).strip() for m in _SECRET.finditer(role)),
         scope=role if _SCOPE.search(role) else None,
     )
-
-
-_cached_parse_rules = lru_cache(maxsize=2048)(_parse_rules)
 
 
 def _norm(text: str) -> str:
