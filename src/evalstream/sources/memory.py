@@ -112,8 +112,11 @@ class MemorySource:
 
     async def end_offsets(self, tps: Sequence[TP]) -> dict[TP, int]:
         """One past each partition's last record (0 when empty)."""
-        return {tp: self._queues[tp][-1].offset + 1 if self._queues.get(tp) else 0
-                for tp in tps if tp in self._queues}
+        return {tp: self._end(tp) for tp in tps if tp in self._queues}
+
+    def _end(self, tp: TP) -> int:
+        queue = self._queues[tp]
+        return queue[-1].offset + 1 if queue else 0
 
     async def positions(self, tps: Sequence[TP]) -> dict[TP, int]:
         """The offset of each partition's next record to hand out."""
@@ -123,8 +126,7 @@ class MemorySource:
             if queue is None:
                 continue
             i = self._positions[tp]
-            out[tp] = queue[i].offset if i < len(queue) else (queue[-1].offset + 1 if queue
-                                                              else 0)
+            out[tp] = queue[i].offset if i < len(queue) else self._end(tp)
         return out
 
     async def stop(self) -> None:
