@@ -61,17 +61,20 @@ class CaughtUp:
         assigned = sorted(self._source.assignment())
         if not assigned:
             return False
-        unknown = [tp for tp in assigned if self._targets.get(tp, _Target()).end is None]
+        targets = self._targets
+        # A partition with no target yet (never noted as assigned) knows neither: tested
+        # by membership, not with a throwaway empty _Target built for every partition.
+        unknown = [tp for tp in assigned if tp not in targets or targets[tp].end is None]
         if unknown:  # the broker did not answer at assignment: a later end is still one
             for tp, end in (await self._source.end_offsets(unknown)).items():
-                self._targets.setdefault(tp, _Target()).end = end
+                targets.setdefault(tp, _Target()).end = end
         # Nor about the start: with nothing taken since, the position still is the start,
         # and a partition with nothing to do never commits, so without it the Job waits.
-        unknown = [tp for tp in assigned if self._targets.get(tp, _Target()).start is None
+        unknown = [tp for tp in assigned if (tp not in targets or targets[tp].start is None)
                    and not self._tracker.taken(tp)]
         if unknown:
             for tp, start in (await self._source.positions(unknown)).items():
-                self._targets.setdefault(tp, _Target()).start = start
+                targets.setdefault(tp, _Target()).start = start
         return all(self._done(tp) for tp in assigned)
 
     def _done(self, tp: TP) -> bool:
