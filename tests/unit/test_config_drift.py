@@ -32,6 +32,12 @@ def test_a_misspelt_alert_kind_is_refused() -> None:
         load_settings(None, drift={"severities": {"pass_rate_dorp": "critical"}})
 
 
+def test_evaluator_labels_name_each_evaluator_by_its_name_else_its_type(
+        tmp_path: Path) -> None:
+    # What drift.baselines and drift.watch_labels are checked against, in both places.
+    assert load_settings(write(tmp_path, ROUTES)).evaluator_labels == {"refusal", "mood"}
+
+
 @pytest.mark.parametrize("key", ["support/refusal", "refusal", "support/mood", "mood"])
 def test_baselines_by_route_and_evaluator_or_evaluator_load(key: str, tmp_path: Path) -> None:
     text = ROUTES + f"drift:\n  baselines: {{'{key}': 0.9}}\n"

@@ -154,7 +154,7 @@ def config_warnings(settings: Settings, pipeline: Pipeline) -> list[str]:
             f"is 0 for every route: the worker evaluates nothing, canaries included (every "
             f"event counts as a `sampling` skip)")
     if settings.drift.enabled:
-        labels = {spec.label for route in settings.routes for spec in route.evaluators}
+        labels = settings.evaluator_labels
         # The defaults (watched when such evaluators run) are no finding, written out or not.
         defaults = DriftSettings().watch_labels.items()
         unknown = sorted(name for name, label in settings.drift.watch_labels.items()

@@ -144,6 +144,15 @@ class Settings(BaseSettings):
     #: register user-defined evaluators (``@evalstream.evaluators.register``).
     plugins: list[str] = Field(default_factory=list)
 
+    @property
+    def evaluator_labels(self) -> frozenset[str]:
+        """The label of every route's evaluators (its ``name``, else its evaluator).
+
+        What ``drift.baselines`` and ``drift.watch_labels`` name an evaluator by; one place,
+        so the validator and the start-up warnings agree on what is known.
+        """
+        return frozenset(spec.label for route in self.routes for spec in route.evaluators)
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -231,7 +240,7 @@ class Settings(BaseSettings):
         # The drift engine looks baselines up by "route/evaluator" or "evaluator" (its
         # label): a key naming neither was accepted and never used, the detector warming
         # up instead of starting from the baseline the operator gave.
-        labels = {spec.label for route in self.routes for spec in route.evaluators}
+        labels = self.evaluator_labels
         pairs = {f"{route.name}/{spec.label}" for route in self.routes
                  for spec in route.evaluators}
         unknown = sorted(set(self.drift.baselines) - labels - pairs)
