@@ -14,6 +14,15 @@ def test_defaults() -> None:
                                                                    3600.0)
 
 
+@pytest.mark.parametrize(("sections", "group"), [
+    ({"kafka": {"group_id": "g"}}, "g.labels"),
+    ({"kafka": {"group_id": "g"}, "labels": {"group_id": "joiner"}}, "joiner"),
+])
+def test_the_joiners_group_is_its_own_else_derived_from_the_workers(
+        sections: dict[str, object], group: str) -> None:
+    assert load_settings(None, **sections).labels_group_id == group
+
+
 @pytest.mark.parametrize(("sections", "named"), [
     ({"labels": {"topic": "evalstream.results"}}, "topics.results"),
     ({"labels": {"topic": "evalstream.dlq"}}, "topics.dead_letter"),

@@ -106,7 +106,7 @@ class LabelJoiner:
                  source: Source | None = None, sink: Sink | None = None) -> None:
         self.settings = settings
         labels = settings.labels
-        self.group_id = labels.group_id or f"{settings.kafka.group_id}.labels"
+        self.group_id = settings.labels_group_id
         self.topics = (settings.topics.results, labels.topic)
         self.evaluators = evaluator_table(settings)
         self.metrics = Metrics(registry)

@@ -82,8 +82,9 @@ class LabelSettings(Section):
     #: The topic human labels are published to (JSON ``{"result_id", "gold"}``), keyed and
     #: partitioned like the results topic when several joiners run (README, "Human labels").
     topic: TopicName = "evalstream.labels"
-    #: The joiner's consumer group; empty: ``<kafka.group_id>.labels``. Never the workers'
-    #: group: joining it would take their input partitions.
+    #: The joiner's consumer group; empty: ``<kafka.group_id>.labels`` (the value used is
+    #: ``Settings.labels_group_id``). Never the workers' group: joining it would take their
+    #: input partitions.
     group_id: str = ""
     #: How long a result waits for its label, and a label for its result (seconds since it
     #: was read); a label later than this finds nothing and counts as expired.
@@ -152,6 +153,15 @@ class Settings(BaseSettings):
         so the validator and the start-up warnings agree on what is known.
         """
         return frozenset(spec.label for route in self.routes for spec in route.evaluators)
+
+    @property
+    def labels_group_id(self) -> str:
+        """The label joiner's consumer group: ``labels.group_id``, else
+        ``<kafka.group_id>.labels``.
+
+        The one value the joiner joins and the validator checks against the workers' group.
+        """
+        return self.labels.group_id or f"{self.kafka.group_id}.labels"
 
     @classmethod
     def settings_customise_sources(
@@ -230,7 +240,7 @@ class Settings(BaseSettings):
             if topic == self.labels.topic:
                 raise ValueError(f"labels.topic: {topic!r} is also {field}; human labels "
                                  f"need a topic of their own")
-        if self.labels.group_id == self.kafka.group_id:
+        if self.labels_group_id == self.kafka.group_id:
             raise ValueError(f"labels.group_id: {self.kafka.group_id!r} is the workers' group "
                              f"(kafka.group_id); the joiner needs a group of its own")
         return self
