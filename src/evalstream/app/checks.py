@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from typing import Any
 
 from evalstream.app.pipeline import Pipeline
 from evalstream.app.reach import route_inputs
-from evalstream.config import CascadeJudgeConfig, DriftSettings, InputTopic, Settings
+from evalstream.config import (
+    CascadeJudgeConfig,
+    DriftSettings,
+    EvaluatorSpec,
+    InputTopic,
+    Route,
+    Settings,
+)
 from evalstream.errors import ConfigError
 from evalstream.evaluators import registry
+from evalstream.evaluators.base import Evaluator
 from evalstream.evaluators.labels import LabelEvaluator
 from evalstream.formats import NEVER_SET, decoder_for
 from evalstream.judges.registry import build_judges
@@ -27,6 +37,24 @@ __all__ = [
     "config_warnings",
     "describe_evaluators",
 ]
+
+
+def _built_routes(settings: Settings, pipeline: Pipeline
+                  ) -> Iterator[tuple[int, Route, list[tuple[EvaluatorSpec, Evaluator[Any]]]]]:
+    """Each route (index, config) with its evaluators' specs paired with the instances the
+    pipeline built from them: the one place the checks pair the two (the pipeline builds
+    them in route order, as the specs).
+
+    Raises:
+        ValueError: the pipeline holds more or fewer evaluators than the routes list
+            (it was built from other settings).
+    """
+    built = pipeline.evaluators
+    if len(built) != sum(len(route.evaluators) for route in settings.routes):
+        raise ValueError("the pipeline was not built from these settings' routes")
+    evaluators = iter(built)
+    for ri, route in enumerate(settings.routes):
+        yield ri, route, [(spec, next(evaluators)) for spec in route.evaluators]
 
 
 def check_route_topics(settings: Settings) -> None:
@@ -59,19 +87,19 @@ def check_watch_labels(settings: Settings, pipeline: Pipeline) -> None:
     watched = settings.drift.watch_labels
     if not settings.drift.enabled or not watched:
         return
-    specs = [(ri, route.name, spec.label) for ri, route in enumerate(settings.routes)
-             for spec in route.evaluators]
-    for (ri, route, name), evaluator in zip(specs, pipeline.evaluators, strict=True):
-        label = watched.get(name)
-        # Any evaluator with a closed label set, not only label evaluators: the drift engine
-        # watches the share of a label of any evaluator's results (refusal's "refused").
-        # An open set (labels() empty, e.g. "87% yes") cannot be checked.
-        options = evaluator.labels()
-        if label is None or not options or label in options:
-            continue
-        raise ConfigError(f"drift.watch_labels.{name}: {label!r} is not a label that "
-                          f"routes[{ri}] ({route}) evaluator {name!r} gives "
-                          f"(labels: {list(options)})")
+    for ri, route, evaluators in _built_routes(settings, pipeline):
+        for spec, evaluator in evaluators:
+            name = spec.label
+            label = watched.get(name)
+            # Any evaluator with a closed label set, not only label evaluators: the drift
+            # engine watches the share of a label of any evaluator's results (refusal's
+            # "refused"). An open set (labels() empty, e.g. "87% yes") cannot be checked.
+            options = evaluator.labels()
+            if label is None or not options or label in options:
+                continue
+            raise ConfigError(f"drift.watch_labels.{name}: {label!r} is not a label that "
+                              f"routes[{ri}] ({route.name}) evaluator {name!r} gives "
+                              f"(labels: {list(options)})")
 
 
 def check_request_size(settings: Settings, pipeline: Pipeline) -> None:
@@ -113,9 +141,7 @@ def check_fields_provided(settings: Settings, pipeline: Pipeline) -> None:
     Raises:
         ConfigError: naming the route, the field and the inputs.
     """
-    built = iter(pipeline.evaluators)  # in route order, as the specs
-    for ri, route in enumerate(settings.routes):
-        evaluators = [(spec, next(built)) for spec in route.evaluators]
+    for ri, route, evaluators in _built_routes(settings, pipeline):
         inputs = route_inputs(route, settings.inputs)
         if not inputs:
             continue  # check_route_topics names the topic
@@ -184,15 +210,16 @@ def config_warnings(settings: Settings, pipeline: Pipeline) -> list[str]:
     if unused:
         found.append(f"judges: {unused} defined, but no evaluator names them (nor a cascade "
                      f"in use): they are never asked")
-    specs = [(ri, r.name, spec) for ri, r in enumerate(routes) for spec in r.evaluators]
-    for (ri, name, spec), evaluator in zip(specs, pipeline.evaluators, strict=True):
-        found.extend(f"routes[{ri}] ({name}) evaluator {spec.label!r}: params.{why}"
-                     for why in evaluator.params.unused())
-        if (spec.reasons == "failures" and isinstance(evaluator, LabelEvaluator)
-                and not evaluator.fail_labels()):
-            found.append(f"routes[{ri}] ({name}) evaluator {spec.label!r}: reasons: failures "
-                         f"never gives a reason, as no label counts as a failure (set its "
-                         f"failing labels, or reasons: always)")
+    for ri, route, evaluators in _built_routes(settings, pipeline):
+        where = f"routes[{ri}] ({route.name})"
+        for spec, evaluator in evaluators:
+            found.extend(f"{where} evaluator {spec.label!r}: params.{why}"
+                         for why in evaluator.params.unused())
+            if (spec.reasons == "failures" and isinstance(evaluator, LabelEvaluator)
+                    and not evaluator.fail_labels()):
+                found.append(f"{where} evaluator {spec.label!r}: reasons: failures never "
+                             f"gives a reason, as no label counts as a failure (set its "
+                             f"failing labels, or reasons: always)")
     return found
 
 
