@@ -18,6 +18,7 @@ from evalstream.app.worker import Worker
 from evalstream.cli import main
 from evalstream.config import InputTopic, load_settings
 from evalstream.errors import ConfigError
+from evalstream.evaluators import registry
 from evalstream.events import RawRecord, TraceEvent, dump_json
 from evalstream.formats import decoder_for
 from evalstream.judges.registry import build_judges
@@ -132,8 +133,12 @@ def test_attributes_read_per_input() -> None:
                                    "params": {"criteria_attribute": "scope"}}]),
                 route("all", {"attributes": {"tier": "gold"}})],
         results={"attributes": ["region"]})
-    assert attributes_read(settings) == {"spans": ("region", "tenant", "scope", "tier"),
-                                         "other": ("region", "tier")}
+    params = [registry.params_for(spec, where="") for r in settings.routes
+              for spec in r.evaluators]
+    assert attributes_read(settings, params) == {
+        "spans": ("region", "tenant", "scope", "tier"), "other": ("region", "tier")}
+    with pytest.raises(ValueError, match="one per evaluator"):
+        attributes_read(settings, params[:-1])
 
 
 def test_a_criteria_attribute_is_carried_to_the_evaluator() -> None:

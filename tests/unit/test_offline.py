@@ -113,6 +113,56 @@ def test_trace_lines_decode_as_the_worker_decodes_the_routed_input(tmp_path: Pat
     assert len(bad) == 1  # the first line has no top-level output without the mapping
 
 
+_PLUGIN = """
+from evalstream.evaluators import register
+from evalstream.evaluators.base import Evaluator, EvaluatorParams, Score
+
+
+class TenantParams(EvaluatorParams):
+    def event_attributes(self) -> tuple[str, ...]:
+        return ("tenant",)
+
+
+@register
+class Tenant(Evaluator[TenantParams]):
+    name = "offline_plugin_tenant"
+    summary = "test only: labels an event with its tenant attribute"
+    params_model = TenantParams
+
+    async def evaluate(self, event):
+        return Score(score=1.0, label=event.attributes.get("tenant", "missing"), passed=True)
+"""
+
+
+def test_a_plugin_evaluators_attributes_are_carried_from_otlp_spans(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Was: the attributes the evaluators read were worked out before the plugins were
+    # imported, so a plugin evaluator was unknown then and read nothing: "tenant" was
+    # dropped by the OTLP decoder and the evaluator saw "missing".
+    (tmp_path / "offline_tenant_plugin.py").write_text(_PLUGIN, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = tmp_path / "c.yaml"
+    config.write_text("plugins: [offline_tenant_plugin]\n"
+                      "inputs: [{topic: spans, format: otlp_json}]\n"
+                      "routes: [{name: r, evaluators: [{evaluator: offline_plugin_tenant}]}]\n",
+                      encoding="utf-8")
+    span = {"traceId": "0" * 31 + "1", "spanId": "0" * 15 + "2", "name": "chat m",
+            "startTimeUnixNano": "1", "endTimeUnixNano": "2", "attributes": [
+                {"key": key, "value": {"stringValue": value}} for key, value in (
+                    ("gen_ai.operation.name", "chat"), ("gen_ai.request.model", "m"),
+                    ("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [
+                        {"type": "text", "content": "It ships today."}]}])),
+                    ("tenant", "acme"))]}
+    write(tmp_path / "spans.jsonl",
+          [{"resourceSpans": [{"resource": {"attributes": []},
+                               "scopeSpans": [{"spans": [span]}]}]}])
+    args = _args(tmp_path, "spans.jsonl", strict=True)
+    args.config = config
+    assert offline.main(args) == 0
+    [result] = [load_json(x) for x in (tmp_path / "out.jsonl").read_bytes().splitlines()]
+    assert result["label"] == "acme"
+
+
 def test_default_settings_route_by_dataset() -> None:
     settings = offline.default_settings(["refusal", "sentiment", "refusal"])
     assert [r.name for r in settings.routes] == ["refusal", "sentiment"]

@@ -71,7 +71,7 @@ class Intake:
 
     def __init__(self, settings: Settings, pipeline: Pipeline, metrics: Metrics) -> None:
         # Decoders carry the attributes routes, results and evaluators read (app/reach.py).
-        read = attributes_read(settings)
+        read = attributes_read(settings, [e.params for e in pipeline.evaluators])
         self._decoders: dict[str, Decoder] = {t.topic: decoder_for(t, read[t.topic])
                                               for t in settings.inputs}
         self._max_bytes = settings.worker.max_message_bytes

@@ -32,12 +32,15 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from evalstream.app.bindings import load_plugins
 from evalstream.app.offline_input import Item, input_paths, read_items, routed_input
 from evalstream.app.offline_report import Summary
 from evalstream.app.pipeline import Pipeline
 from evalstream.app.reach import attributes_read
 from evalstream.config import EvaluatorSpec, MatchRule, Route, Settings, load_settings
 from evalstream.errors import ConfigError, EvalstreamError
+from evalstream.evaluators import registry
+from evalstream.evaluators.base import EvaluatorParams
 from evalstream.events import EvalResult, dump_json
 from evalstream.judges.base import Judge
 from evalstream.judges.registry import build_judges, close_judges
@@ -108,6 +111,23 @@ def default_settings(datasets: Sequence[str]) -> Settings:
         raise ConfigError("the input holds no evaldata items; pass --config to route "
                           "TraceEvents")
     return Settings(routes=routes)
+
+
+def _declared_params(settings: Settings) -> list[EvaluatorParams]:
+    """Every route's evaluators' params, validated as the pipeline will validate them.
+
+    ``main`` reads the input (its decoder carrying the attributes these params read) before
+    the pipeline is built, so nothing built can give them yet. Plugins are imported first:
+    a plugin's evaluator is unknown until then.
+
+    Raises:
+        ConfigError: a plugin cannot be imported, an evaluator is unknown or its params are
+            invalid (as the pipeline would say it).
+    """
+    load_plugins(settings.plugins)
+    return [registry.params_for(spec, where=f"routes[{ri}] ({route.name}) evaluators[{ei}]")
+            for ri, route in enumerate(settings.routes)
+            for ei, spec in enumerate(route.evaluators)]
 
 
 def _with_judge(settings: Settings, judge: str) -> Settings:
@@ -218,7 +238,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         config = load_settings(args.config) if args.config is not None else None
         routed = routed_input(config, args.topic)
-        carry = attributes_read(config)[routed.topic] if config and routed else ()
+        carry = (attributes_read(config, _declared_params(config))[routed.topic]
+                 if config and routed else ())
         items = list(read_items(input_paths(args.input), None if args.strict else bad_lines,
                                 routed, carry))
         _report_bad_lines(console, bad_lines)

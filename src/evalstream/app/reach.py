@@ -6,16 +6,16 @@ the topic's ``attribute_map``. A route matching another attribute (``tenant``), 
 accepted and then never matched, never copied, or skipped every event, silently. The worker
 (and ``evalstream eval``) hand these names to the decoders, which carry each from the span
 or resource attribute of the same key. Computed once at start-up: the hot path only pays
-for the attributes the configuration reads.
+for the attributes the configuration reads. The evaluators' params come validated from the
+caller (the pipeline's evaluators), not validated a second time here.
 """
 
 from __future__ import annotations
 
-from pydantic import ValidationError
+from collections.abc import Sequence
 
-from evalstream.config import EvaluatorSpec, InputTopic, Route, Settings
-from evalstream.errors import ConfigError
-from evalstream.evaluators import registry
+from evalstream.config import InputTopic, Route, Settings
+from evalstream.evaluators.base import EvaluatorParams
 
 __all__ = ["attributes_read", "route_inputs"]
 
@@ -26,27 +26,31 @@ def route_inputs(route: Route, inputs: list[InputTopic]) -> list[InputTopic]:
     return list(inputs) if topics is None else [t for t in inputs if t.topic in topics]
 
 
-def _evaluator_attributes(spec: EvaluatorSpec) -> tuple[str, ...]:
-    try:
-        params = registry.get(spec.evaluator).params_model.model_validate(spec.params)
-    except (ConfigError, ValidationError):
-        return ()  # reported, naming the field, when the pipeline builds the evaluator
-    return params.event_attributes()
-
-
-def attributes_read(settings: Settings) -> dict[str, tuple[str, ...]]:
+def attributes_read(settings: Settings,
+                    params: Sequence[EvaluatorParams]) -> dict[str, tuple[str, ...]]:
     """Input topic -> the event attribute names the configuration reads from its events.
 
     ``results.attributes`` for every input; a route's ``match.attributes`` keys and its
     evaluators' declared attributes (``EvaluatorParams.event_attributes``) for the inputs
     the route can get events from. In first-seen order, each name once.
+
+    Args:
+        settings: The configuration.
+        params: The validated params of every route's evaluators, in route order, as the
+            pipeline built them (``[e.params for e in pipeline.evaluators]``).
+
+    Raises:
+        ValueError: ``params`` are not one per evaluator of the routes.
     """
+    if len(params) != sum(len(route.evaluators) for route in settings.routes):
+        raise ValueError("params must be one per evaluator of the routes, in route order")
+    declared = iter(params)
     read: dict[str, dict[str, None]] = {
         t.topic: dict.fromkeys(settings.results.attributes) for t in settings.inputs}
     for route in settings.routes:
         names = [*route.match.attributes]
-        for spec in route.evaluators:
-            names.extend(_evaluator_attributes(spec))
+        for _ in route.evaluators:
+            names.extend(next(declared).event_attributes())
         for topic in route_inputs(route, settings.inputs):
             read[topic.topic].update(dict.fromkeys(names))
     return {topic: tuple(names) for topic, names in read.items()}

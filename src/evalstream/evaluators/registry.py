@@ -11,10 +11,10 @@ from pydantic import ValidationError
 from evalstream.config import EvaluatorSpec
 from evalstream.config.routes import VERSION_PATTERN
 from evalstream.errors import ConfigError
-from evalstream.evaluators.base import Evaluator
+from evalstream.evaluators.base import Evaluator, EvaluatorParams
 from evalstream.judges.base import Judge
 
-__all__ = ["create", "describe", "get", "names", "register"]
+__all__ = ["create", "describe", "get", "names", "params_for", "register"]
 
 _REGISTRY: dict[str, type[Evaluator[Any]]] = {}
 E = TypeVar("E", bound=type[Evaluator[Any]])
@@ -66,6 +66,34 @@ def describe() -> list[tuple[str, str]]:
     return [(n, _REGISTRY[n].summary) for n in sorted(_REGISTRY)]
 
 
+def params_for(spec: EvaluatorSpec, *, where: str) -> EvaluatorParams:
+    """The validated params of the evaluator ``spec`` names, as :func:`create` gives them
+    to it: for a caller that needs them before the evaluators are built.
+
+    Raises:
+        ConfigError: unknown evaluator, or invalid params (naming the field), as
+            :func:`create` says it.
+    """
+    return _validated(spec, where)[1]
+
+
+def _validated(spec: EvaluatorSpec, where: str
+               ) -> tuple[type[Evaluator[Any]], EvaluatorParams]:
+    try:
+        cls = get(spec.evaluator)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.evaluator: {exc}") from None
+    try:
+        params = cls.params_model.model_validate(spec.params)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(['params', *(str(p) for p in err['loc'])])}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"{where} ({spec.label}): {problems}") from None
+    return cls, params
+
+
 def create(spec: EvaluatorSpec, judges: Mapping[str, Judge], *, where: str) -> Evaluator[Any]:
     """Build the evaluator ``spec`` names, validating its params.
 
@@ -80,18 +108,7 @@ def create(spec: EvaluatorSpec, judges: Mapping[str, Judge], *, where: str) -> E
             judge that cannot answer the evaluator's task (the builtin judge answers a fixed
             set; everything else needs an LLM judge).
     """
-    try:
-        cls = get(spec.evaluator)
-    except ConfigError as exc:
-        raise ConfigError(f"{where}.evaluator: {exc}") from None
-    try:
-        params = cls.params_model.model_validate(spec.params)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(['params', *(str(p) for p in err['loc'])])}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise ConfigError(f"{where} ({spec.label}): {problems}") from None
+    cls, params = _validated(spec, where)
     judge = judges.get(spec.judge)
     if judge is None:
         raise ConfigError(f"{where}.judge: no judge named {spec.judge!r}")
