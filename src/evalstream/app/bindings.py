@@ -11,8 +11,8 @@ effective sample rates (:class:`Planned`).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from evalstream.app.calibration import CanaryGold
@@ -21,7 +21,7 @@ from evalstream.config.judges import judge_identity
 from evalstream.errors import ConfigError
 from evalstream.evaluators import registry
 from evalstream.evaluators.base import INITIAL_VERSION, Evaluator
-from evalstream.events import result_ids
+from evalstream.events import TraceEvent, result_ids
 from evalstream.judges.base import Judge
 from evalstream.metrics import LabelSet, Metrics
 from evalstream.sampling import Sampler
@@ -105,13 +105,38 @@ class RouteRuntime:
     evaluators: tuple[BoundEvaluator, ...]
     #: ``inc`` of the route's ``evalstream_events_sampled_total`` child.
     sampled: Any
-    #: The route's effective rate (global x route; both fixed by the settings).
+    #: The route's effective rate (global x route; both fixed by the settings); with
+    #: ``strata``, that of the strata it does not list.
     rate: float
     #: Its evaluations as planned, built once: plans share them (they are immutable). Each
     #: carries its evaluator's effective rate (global x route x evaluator).
     planned: tuple[Planned, ...]
     #: Every evaluator at the route's own rate (the common case): no per-evaluator test.
     uniform: bool
+    #: With ``strata``: what picks an event's stratum (``Strata.by``), else None.
+    strata_by: str | None = None
+    #: Per listed stratum value, its (rate, planned) as ``rate`` and ``planned`` are the
+    #: route's own: built once, so picking a stratum is one dict lookup.
+    strata: dict[str, tuple[float, tuple[Planned, ...]]] = field(default_factory=dict)
+
+    def select(self, event: TraceEvent, topic: str) -> tuple[float, tuple[Planned, ...]]:
+        """The effective rate and evaluations of ``event``'s stratum: those of its value
+        when ``strata`` lists it, else the route's own (``rate``, ``planned``)."""
+        by = self.strata_by
+        if by is not None:
+            value = (event.app if by == "app" else topic if by == "topic"
+                     else event.attributes.get(by))
+            if value is not None:
+                found = self.strata.get(value)
+                if found is not None:
+                    return found
+        return self.rate, self.planned
+
+    def every_planned(self) -> Iterator[Planned]:
+        """Every evaluation the route can plan: its own, then each stratum's."""
+        yield from self.planned
+        for _, planned in self.strata.values():
+            yield from planned
 
 
 def build_routes(settings: Settings, judges: Mapping[str, Judge], metrics: Metrics,
@@ -144,12 +169,20 @@ def _build_route(ri: int, route: Route, settings: Settings, judges: Mapping[str,
         evaluator = registry.create(spec, judges, where=where)
         judge = judge_identity(settings.judges, spec.judge, builtin_version=builtin_version)
         bound.append(_bind(route.name, spec, evaluator, metrics, judge))
-    rate = sampler.rate_for(route.sample_rate)
-    planned = tuple(Planned(b, rate * spec.sample_rate)
-                    for b, spec in zip(bound, route.evaluators, strict=True))
+
+    def at(route_rate: float) -> tuple[float, tuple[Planned, ...]]:
+        rate = sampler.rate_for(route_rate)
+        return rate, tuple(Planned(b, rate * spec.sample_rate)
+                           for b, spec in zip(bound, route.evaluators, strict=True))
+
+    rate, planned = at(route.sample_rate)
+    strata = route.strata
     return RouteRuntime(route, tuple(bound),
                         metrics.events_sampled.labels(route.name).inc, rate, planned,
-                        all(spec.sample_rate == 1.0 for spec in route.evaluators))
+                        all(spec.sample_rate == 1.0 for spec in route.evaluators),
+                        strata_by=strata.by if strata else None,
+                        strata={value: at(r) for value, r in strata.rates.items()}
+                        if strata else {})
 
 
 def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],

@@ -42,7 +42,8 @@ class CanaryPlanner:
         """Every evaluator of the routes a canary matches, at rate 1, with its gold answer.
 
         Routed like any event (a canary tests the evaluators its route runs); sampling
-        rates, down to an evaluator's own, do not apply, except a rate of 0 (turned off).
+        rates, down to an evaluator's own, do not apply, except a rate of 0 (turned off;
+        on a route with ``strata``, the rate of the canary's stratum).
         Gold answers naming no evaluator of its routes, and canaries matching no route
         (also a ``no_route`` skip), are counted as ignored.
         """
@@ -57,7 +58,8 @@ class CanaryPlanner:
         planned: list[Planned] = []
         names: set[str] = set()
         for index in chosen:
-            for p in self.routes[index].planned:
+            _, evaluations = self.routes[index].select(event, topic)
+            for p in evaluations:
                 bound = p.bound
                 names.add(bound.label)
                 if p.sample_rate <= 0.0:

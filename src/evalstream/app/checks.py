@@ -9,6 +9,7 @@ from typing import Any
 from evalstream.app.pipeline import Pipeline
 from evalstream.app.reach import route_inputs
 from evalstream.config import (
+    STRATA_FIELDS,
     CascadeJudgeConfig,
     DriftSettings,
     EvaluatorSpec,
@@ -132,7 +133,8 @@ def check_request_size(settings: Settings, pipeline: Pipeline) -> None:
 def check_fields_provided(settings: Settings, pipeline: Pipeline) -> None:
     """Every field a route needs is one its inputs' formats can give.
 
-    A route's ``match.requires`` and its evaluators' ``required_fields`` are compared with
+    A route's ``match.requires``, its ``strata.by`` (when a field) and its evaluators'
+    ``required_fields`` are compared with
     the fields the formats of the inputs it reads (its ``match.topic``, else all) can fill
     at all. A route requiring ``reference`` on OTLP inputs never matched, and
     ``text_similarity`` there skipped every event: loaded, and silent, but for a skip count.
@@ -155,6 +157,10 @@ def check_fields_provided(settings: Settings, pipeline: Pipeline) -> None:
             if not given(field):
                 raise ConfigError(f"{where}.match.requires: {named} never set {field!r}, so "
                                   f"the route would never match")
+        strata = route.strata
+        if strata is not None and strata.by in STRATA_FIELDS and not given(strata.by):
+            raise ConfigError(f"{where}.strata.by: {named} never set {strata.by!r}, so "
+                              f"every event would take the route's sample_rate")
         for spec, evaluator in evaluators:
             for need in evaluator.required_fields():
                 if not any(given(field) for field in need):
@@ -177,8 +183,8 @@ def config_warnings(settings: Settings, pipeline: Pipeline) -> list[str]:
     if pipeline.max_rate <= 0.0:
         found.append(
             f"sampling: sampling.rate ({settings.sampling.rate:g}) x each route's sample_rate "
-            f"is 0 for every route: the worker evaluates nothing, canaries included (every "
-            f"event counts as a `sampling` skip)")
+            f"is 0 for every route (and stratum): the worker evaluates nothing, canaries "
+            f"included (every event counts as a `sampling` skip)")
     if settings.drift.enabled:
         labels = settings.evaluator_labels
         # The defaults (watched when such evaluators run) are no finding, written out or not.
@@ -192,12 +198,18 @@ def config_warnings(settings: Settings, pipeline: Pipeline) -> list[str]:
     routes = settings.routes
     if settings.worker.routing == "first" and pipeline.max_rate > 0.0:
         for ri, route in enumerate(routes[:-1]):
-            if settings.sampling.rate * route.sample_rate <= 0.0:
+            if settings.sampling.rate * max(route.sample_rates()) <= 0.0:
                 found.append(
                     f"routes[{ri}] ({route.name}).sample_rate: 0 turns the route off, and with "
                     f"worker.routing: first the events it matches do not go on to the routes "
                     f"after it either (they count as `sampling` skips); narrow its match or "
                     f"remove it to let them through")
+    for ri, route in enumerate(routes):
+        strata = route.strata
+        if strata is not None and all(r == route.sample_rate for r in strata.rates.values()):
+            found.append(f"routes[{ri}] ({route.name}).strata: every rate listed equals the "
+                         f"route's sample_rate ({route.sample_rate:g}): the strata change "
+                         f"nothing")
     used = {spec.judge for route in routes for spec in route.evaluators}
     pending = list(used)
     while pending:  # the steps of the cascades in use (a step may be a cascade itself)

@@ -79,9 +79,11 @@ class Pipeline:
         self._sampler = Sampler(settings.sampling, self._key_missing)
         self._router = Router(settings.routes, settings.worker.routing)
         self._routes = build_routes(settings, judges, metrics, self._sampler)
-        #: No route samples above this rate: events whose fraction is higher can be skipped
-        #: before routing, and before a decoder builds them (see ``may_sample``).
-        self._max_rate = max(self._sampler.rate_for(r.sample_rate) for r in settings.routes)
+        #: No route (nor stratum of one) samples above this rate: events whose fraction is
+        #: higher can be skipped before routing, and before a decoder builds them (see
+        #: ``may_sample``).
+        self._max_rate = max(self._sampler.rate_for(rate) for r in settings.routes
+                             for rate in r.sample_rates())
         self._skip_sampling = metrics.events_skipped.labels("sampling").inc
         self._skip_no_route = metrics.events_skipped.labels("no_route").inc
         self._lag = metrics.end_to_end_lag.observe
@@ -142,6 +144,9 @@ class Pipeline:
         skipped as ``no_route``. ``fraction``, when given, is the event's sampling position
         already taken from its message key (``sampling.key: message_key``).
 
+        A route with ``strata`` samples the event at its stratum's rate (nested as any
+        rate: the same fraction, another threshold); its results carry that rate.
+
         A canary is planned whatever its fraction (``app/canary_plan.py``).
         """
         attributes = event.attributes
@@ -163,12 +168,15 @@ class Pipeline:
         planned: list[Planned] = []
         for index in chosen:
             runtime = self._routes[index]
-            if fraction < runtime.rate:
+            rate, evaluations = runtime.rate, runtime.planned
+            if runtime.strata_by is not None:  # the event's stratum's, built once
+                rate, evaluations = runtime.select(event, topic)
+            if fraction < rate:
                 runtime.sampled(1)
                 if runtime.uniform:
-                    planned.extend(runtime.planned)
+                    planned.extend(evaluations)
                 else:  # the same position on the same hash: evaluator rates nest too
-                    planned.extend(p for p in runtime.planned if fraction < p.sample_rate)
+                    planned.extend(p for p in evaluations if fraction < p.sample_rate)
         if not planned:
             self._skip_sampling(1)
         elif attributes and self._canaries and gold_keys(attributes):
@@ -323,7 +331,7 @@ class Pipeline:
         error = widest * _MAX_ERROR_CHARS
         # A rate of 0 publishes nothing (canaries included), and a result's rate is > 0.
         return [self.failed(event, planned, error)
-                for runtime in self._routes for planned in runtime.planned
+                for runtime in self._routes for planned in runtime.every_planned()
                 if planned.sample_rate > 0.0]
 
     def record(self, planned: Planned, result: EvalResult) -> None:

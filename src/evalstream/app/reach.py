@@ -1,9 +1,10 @@
 """What the configuration asks of its inputs: the event attributes it reads, per input topic.
 
 OTLP decoders keep a fixed set of span attributes (``formats.genai.EVENT_ATTRIBUTES``) plus
-the topic's ``attribute_map``. A route matching another attribute (``tenant``), a
-``results.attributes`` entry or an evaluator param naming one (``criteria_attribute``) was
-accepted and then never matched, never copied, or skipped every event, silently. The worker
+the topic's ``attribute_map``. A route matching (or stratified by) another attribute
+(``tenant``), a ``results.attributes`` entry or an evaluator param naming one
+(``criteria_attribute``) was accepted and then never matched, never copied, or skipped
+every event (or sampled every event at the default rate), silently. The worker
 (and ``evalstream eval``) hand these names to the decoders, which carry each from the span
 or resource attribute of the same key. Computed once at start-up: the hot path only pays
 for the attributes the configuration reads. The evaluators' params come validated from the
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evalstream.config import InputTopic, Route, Settings
+from evalstream.config import STRATA_FIELDS, InputTopic, Route, Settings
 from evalstream.evaluators.base import EvaluatorParams
 
 __all__ = ["attributes_read", "route_inputs"]
@@ -30,9 +31,10 @@ def attributes_read(settings: Settings,
                     params: Sequence[EvaluatorParams]) -> dict[str, tuple[str, ...]]:
     """Input topic -> the event attribute names the configuration reads from its events.
 
-    ``results.attributes`` for every input; a route's ``match.attributes`` keys and its
-    evaluators' declared attributes (``EvaluatorParams.event_attributes``) for the inputs
-    the route can get events from. In first-seen order, each name once.
+    ``results.attributes`` for every input; a route's ``match.attributes`` keys, its
+    ``strata.by`` (unless a field: ``app``, ``topic``) and its evaluators' declared
+    attributes (``EvaluatorParams.event_attributes``) for the inputs the route can get
+    events from. In first-seen order, each name once.
 
     Args:
         settings: The configuration.
@@ -49,6 +51,8 @@ def attributes_read(settings: Settings,
         t.topic: dict.fromkeys(settings.results.attributes) for t in settings.inputs}
     for route in settings.routes:
         names = [*route.match.attributes]
+        if route.strata is not None and route.strata.by not in STRATA_FIELDS:
+            names.append(route.strata.by)
         for _ in route.evaluators:
             names.extend(next(declared).event_attributes())
         for topic in route_inputs(route, settings.inputs):

@@ -23,11 +23,13 @@ from evalstream.config.kafka import KafkaSettings
 from evalstream.config.loading import format_validation_error, load_settings
 from evalstream.config.masking import masked_dump
 from evalstream.config.routes import (
+    STRATA_FIELDS,
     EvaluatorSpec,
     MatchRule,
     Route,
     SamplingSettings,
     SessionWindow,
+    Strata,
 )
 from evalstream.config.settings import (
     CanarySettings,
@@ -41,6 +43,7 @@ from evalstream.config.settings import (
 from evalstream.config.topics import InputTopic, TopicSettings
 
 __all__ = [
+    "STRATA_FIELDS",
     "BuiltinJudgeConfig",
     "CanarySettings",
     "CascadeJudgeConfig",
@@ -59,6 +62,7 @@ __all__ = [
     "ServerSettings",
     "SessionWindow",
     "Settings",
+    "Strata",
     "TopicSettings",
     "WorkerSettings",
     "format_validation_error",

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from evalstream.config.section import Section
 
-__all__ = ["VERSION_PATTERN", "EvaluatorSpec", "MatchRule", "Route", "SamplingSettings",
-           "SessionWindow"]
+__all__ = ["STRATA_FIELDS", "VERSION_PATTERN", "EvaluatorSpec", "MatchRule", "Route",
+           "SamplingSettings", "SessionWindow", "Strata"]
 
 #: What an evaluator version may be, in code (``Evaluator.version``) or in the config
 #: (``EvaluatorSpec.version``): short, and without ``+``, which joins the two in results.
@@ -134,12 +134,39 @@ class SessionWindow(Section):
     max_bytes: int = Field(default=67_108_864, ge=1)
 
 
+#: ``Strata.by`` values naming a TraceEvent field (the topic: the input it was read from)
+#: rather than an event attribute.
+STRATA_FIELDS = ("app", "topic")
+
+
+class Strata(Section):
+    """Per-stratum sampling rates of a route: an event whose ``by`` value is listed in
+    ``rates`` is sampled at that rate in place of the route's ``sample_rate``.
+
+    One route then samples each tenant (model, topic, ...) at its own rate, where it took
+    a copy of the route per stratum. Results carry the rate they were sampled at, so
+    weighted counts and pass rates stay unbiased over the mixed population.
+    """
+
+    #: ``app`` or ``topic`` (the event's app, the topic it was read from), else the name of
+    #: an event attribute, e.g. ``tenant`` or ``gen_ai.request.model``.
+    by: str = Field(min_length=1, pattern=r"\S")
+    #: Stratum value -> its rate (global x this x an evaluator's own, as the route's); 0
+    #: turns the stratum off. Unlisted values, and events without one, take the route's
+    #: ``sample_rate``. Bounded: the evaluations of each are built once, at start-up.
+    rates: dict[str, Annotated[float, Field(ge=0.0, le=1.0)]] = Field(min_length=1,
+                                                                       max_length=10_000)
+
+
 class Route(Section):
     """A named rule: matching events, sampled at ``sample_rate``, go to ``evaluators``."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     match: MatchRule = Field(default_factory=MatchRule)
+    #: The route's rate; with ``strata``, the rate of the strata it does not list.
     sample_rate: float = Field(default=1.0, ge=0.0, le=1.0)
+    #: Optional per-stratum rates (by tenant, model, app, topic, ...): see :class:`Strata`.
+    strata: Strata | None = None
     evaluators: list[EvaluatorSpec] = Field(min_length=1)
     #: Opt-in: evaluate this route's events per conversation (below a sampling rate of 1
     #: it needs ``sampling.key: session_id``, so a session's events are sampled in or out
@@ -154,3 +181,7 @@ class Route(Section):
             raise ValueError(f"evaluator names must be unique in a route; repeated: {dupes} "
                              "(give each a distinct `name`)")
         return self
+
+    def sample_rates(self) -> list[float]:
+        """Every rate the route samples at: its ``sample_rate``, then its strata's."""
+        return [self.sample_rate, *(self.strata.rates.values() if self.strata else ())]

@@ -271,8 +271,9 @@ class Settings(BaseSettings):
         for ri, route in enumerate(self.routes):
             if route.session is None:
                 continue
-            whole = self.sampling.rate >= 1.0 and route.sample_rate >= 1.0 and all(
-                e.sample_rate >= 1.0 for e in route.evaluators)
+            whole = (self.sampling.rate >= 1.0
+                     and all(rate >= 1.0 for rate in route.sample_rates())
+                     and all(e.sample_rate >= 1.0 for e in route.evaluators))
             if not whole:
                 raise ValueError(
                     f"routes[{ri}] ({route.name}).session: a session window below a "

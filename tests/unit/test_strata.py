@@ -1,0 +1,243 @@
+"""Per-stratum sampling rates on a route (``strata``): validation naming the field, one
+deterministic, nested decision per stratum, results weighted by the rate they were sampled
+at, and the checks that keep a stratum from being a silent filter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from evalstream.app.checks import check_fields_provided, config_warnings
+from evalstream.app.pipeline import Pipeline
+from evalstream.app.reach import attributes_read
+from evalstream.config import load_settings
+from evalstream.errors import ConfigError
+from evalstream.events import TraceEvent
+from evalstream.formats import NEVER_SET
+from evalstream.metrics import Metrics
+from evalstream.sampling import Sampler
+from tests.unit.pipeline_doubles import JUDGES, settings
+
+CANARY = {"evalstream.canary": "true"}
+
+
+def route(strata: dict[str, Any] | None, sample_rate: float = 0.2, **extra: Any) -> dict[str, Any]:
+    return {"name": "support", "sample_rate": sample_rate, "evaluators": [
+        {"evaluator": "unit_scripted", "name": "cheap"},
+        {"evaluator": "unit_scripted", "name": "costly", "sample_rate": 0.5}],
+            **({"strata": strata} if strata is not None else {}), **extra}
+
+
+def make(*routes: dict[str, Any], **sections: Any) -> tuple[Pipeline, CollectorRegistry]:
+    registry = CollectorRegistry()
+    s = settings(routes=list(routes), **sections)
+    return Pipeline(s, JUDGES, Metrics(registry)), registry
+
+
+def ev(i: int, output: str = "ok", app: str | None = None, **attributes: str) -> TraceEvent:
+    # Trace ids spread like real ones (hex), so shares come out near their rates.
+    return TraceEvent(event_id=f"e{i}", trace_id=f"{(i * 0x9E3779B97F4A7C15) % (1 << 128):032x}",
+                      output=output, app=app, attributes=attributes)
+
+
+def count(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    return registry.get_sample_value(name, labels) or 0.0
+
+
+# --- Validation, naming the field ----------------------------------------------------------
+
+@pytest.mark.parametrize(("strata", "needle"), [
+    ({"by": "", "rates": {"a": 0.1}}, "routes.0.strata.by"),
+    ({"by": "  ", "rates": {"a": 0.1}}, "routes.0.strata.by"),
+    ({"rates": {"a": 0.1}}, "routes.0.strata.by"),
+    ({"by": "tenant", "rates": {}}, "routes.0.strata.rates"),
+    ({"by": "tenant"}, "routes.0.strata.rates"),
+    ({"by": "tenant", "rates": {"acme": 1.5}}, "routes.0.strata.rates.acme"),
+    ({"by": "tenant", "rates": {"acme": -0.1}}, "routes.0.strata.rates.acme"),
+    ({"by": "tenant", "rates": {"acme": 0.1}, "rate": 0.3}, "routes.0.strata.rate"),
+])
+def test_bad_strata_are_refused_naming_the_field(strata: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        settings(routes=[route(strata)])
+    assert needle in str(info.value)
+
+
+def test_a_session_route_needs_session_sampling_when_any_stratum_is_below_1(
+        tmp_path: Path) -> None:
+    whole = route({"by": "tenant", "rates": {"acme": 1.0}}, sample_rate=1.0,
+                  session={"gap_s": 5})
+    whole["evaluators"] = whole["evaluators"][:1]
+    settings(routes=[whole])  # every rate 1: nothing is sampled out, whatever the key
+    partial = {**whole, "strata": {"by": "tenant", "rates": {"acme": 0.5}}}
+    with pytest.raises(ConfigError, match=r"routes\[0\] \(support\)\.session: .* needs "
+                                          r"sampling\.key: session_id"):
+        settings(routes=[partial])
+    settings(routes=[partial], sampling={"key": "session_id"})
+
+
+# --- Decisions: one fraction, a threshold per stratum --------------------------------------
+
+async def test_each_stratum_is_sampled_at_its_own_nested_rate() -> None:
+    pipeline, registry = make(route({"by": "tenant", "rates": {
+        "acme": 0.1, "tiny-co": 1.0, "paused": 0.0}}), sampling={"rate": 0.5})
+    sampler: Sampler = pipeline.sampler
+    expected_rates = {"acme": 0.5 * 0.1, "tiny-co": 0.5 * 1.0, "paused": 0.0, "other": 0.5 * 0.2}
+    # An event in no stratum (no attribute at all) takes the route's rate, as an unlisted one.
+    for tenant, rate in [*expected_rates.items(), (None, 0.5 * 0.2)]:
+        seen: dict[str, set[str]] = {"cheap": set(), "costly": set()}
+        for i in range(2000):
+            attrs = {} if tenant is None else {"tenant": tenant}
+            event = ev(i, **attrs)
+            fraction = sampler.fraction(event)
+            results = await pipeline.evaluate(event, topic="traces")
+            for r in results:
+                seen[r.evaluator].add(r.event_id)
+                want = rate if r.evaluator == "cheap" else rate * 0.5
+                assert r.sample_rate == want  # the effective rate: global x stratum x own
+            # Deterministic and nested: exactly the events below each threshold.
+            want_run = {name for name, r in (("cheap", rate), ("costly", rate * 0.5))
+                        if fraction < r}
+            assert {r.evaluator for r in results} == want_run
+        assert seen["costly"] <= seen["cheap"]
+        if rate:
+            assert abs(len(seen["cheap"]) / 2000 - rate) < 0.025
+        else:
+            assert seen["cheap"] == set()
+    # The paused stratum counts as sampling skips; no stratum value becomes a label.
+    assert count(registry, "evalstream_events_skipped_total", reason="sampling") >= 2000
+    names = {s.name: s.labels for m in registry.collect() for s in m.samples}
+    assert not any("acme" in labels.values() for labels in names.values())
+
+
+async def test_strata_by_app_and_by_topic() -> None:
+    def one(strata: dict[str, Any]) -> dict[str, Any]:
+        return {**route(strata, sample_rate=0.0), "evaluators": [{"evaluator": "unit_scripted"}]}
+
+    by_app, _ = make(one({"by": "app", "rates": {"bot": 1.0}}))
+    assert [r.sample_rate for r in await by_app.evaluate(ev(1, app="bot"), topic="traces")] == [
+        1.0]
+    assert await by_app.evaluate(ev(1, app="other"), topic="traces") == []
+    # An attribute called "app" is not the field.
+    named_app = TraceEvent(event_id="e1", trace_id="t1", app="x", attributes={"app": "bot"})
+    assert await by_app.evaluate(named_app, topic="traces") == []
+    by_topic, _ = make(one({"by": "topic", "rates": {"audit": 1.0}}),
+                       inputs=[{"topic": "traces"}, {"topic": "audit"}])
+    assert len(await by_topic.evaluate(ev(1), topic="audit")) == 1
+    assert await by_topic.evaluate(ev(1), topic="traces") == []
+
+
+async def test_weighted_pass_rate_recovers_the_population_rate_over_mixed_strata() -> None:
+    # A large tenant sampled at 5%, a small one at 100%, the rest at 20%, each with its own
+    # true pass rate. The raw share of passed results is pulled towards the small tenant,
+    # sampled 20 times as densely; weighting each by 1/sample_rate (what the weighted
+    # counter does) recovers the population's. Fixed ids: the same figures every run.
+    pipeline, registry = make(route({"by": "tenant", "rates": {"big": 0.05, "small": 1.0}}))
+    population = {"big": (20_000, 0.9), "small": (600, 0.2), "rest": (3000, 0.6)}
+    passed_true = total = 0
+    offset = 0
+    for tenant, (n, pass_rate) in population.items():
+        fails = round(n * (1 - pass_rate))
+        for i in range(n):
+            # Interleave fails through the ids so no fraction range is all fails.
+            output = "fail" if (i * 7919) % n < fails else "ok"
+            await pipeline.evaluate(ev(offset + i, output, tenant=tenant), topic="traces")
+        passed_true += n - fails
+        total += n
+        offset += n
+    truth = passed_true / total
+
+    def share(name: str) -> float:
+        labels = {"route": "support", "evaluator": "cheap"}
+        p = count(registry, name, **labels, outcome="passed")
+        return p / (p + count(registry, name, **labels, outcome="failed"))
+
+    weighted = share("evalstream_evaluations_weighted_total")
+    raw = share("evalstream_evaluations_total")
+    assert abs(weighted - truth) < 0.02, (weighted, truth)
+    assert abs(raw - truth) > 0.1, (raw, truth)  # what 1/rate weighting corrects
+
+
+def test_max_rate_includes_the_highest_stratum() -> None:
+    pipeline, _ = make(route({"by": "tenant", "rates": {"tiny-co": 0.9}}, sample_rate=0.01),
+                       sampling={"rate": 0.5})
+    assert pipeline.max_rate == 0.5 * 0.9
+    assert sum(pipeline.may_sample(f"t{i}") for i in range(4000)) / 4000 == pytest.approx(
+        0.45, abs=0.03)
+    plain, _ = make(route(None, sample_rate=0.01), sampling={"rate": 0.5})
+    assert plain.max_rate == 0.5 * 0.01
+
+
+async def test_canaries_follow_their_stratum_only_when_it_is_off() -> None:
+    pipeline, registry = make(route({"by": "tenant", "rates": {"paused": 0.0, "acme": 0.001}},
+                                    sample_rate=0.0))
+    listed = await pipeline.evaluate(ev(1, tenant="acme", **CANARY), topic="traces")
+    assert [(r.canary, r.sample_rate) for r in listed] == [(True, 1.0), (True, 1.0)]
+    assert await pipeline.evaluate(ev(2, tenant="paused", **CANARY), topic="traces") == []
+    assert await pipeline.evaluate(ev(3, tenant="other", **CANARY), topic="traces") == []
+    assert count(registry, "evalstream_events_skipped_total", reason="sampling") == 2
+
+
+def test_error_results_of_every_stratum_are_bounded() -> None:
+    # The request-size check sizes the error results of every rate the route can publish.
+    pipeline, _ = make(route({"by": "tenant", "rates": {"a": 0.123456789, "off": 0.0}}))
+    rates = {r.sample_rate for r in pipeline.largest_error_results()}
+    assert rates == {0.2, 0.1, 0.123456789, 0.123456789 * 0.5}
+
+
+# --- No silent filters -----------------------------------------------------------------------
+
+OTLP = {"topic": "spans", "format": "otlp_json"}
+
+
+def test_otlp_decoders_carry_the_strata_attribute() -> None:
+    s = settings(inputs=[OTLP, {"topic": "traces"}], routes=[
+        route({"by": "tenant", "rates": {"a": 0.5}}, match={"topic": ["spans"]}),
+        {**route({"by": "app", "rates": {"a": 0.5}}), "name": "other"}])
+    assert attributes_read(s) == {"spans": ("tenant",), "traces": ()}
+
+
+def test_strata_by_a_field_the_inputs_never_set_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # No format leaves `app` unset today; were one to, the strata would never apply.
+    monkeypatch.setitem(NEVER_SET, "otlp_json", NEVER_SET["otlp_json"] | {"app"})
+    s = settings(inputs=[OTLP], routes=[route({"by": "app", "rates": {"bot": 1.0}})])
+    with pytest.raises(ConfigError, match=r"routes\[0\] \(support\)\.strata\.by: the route's "
+                                          r"inputs \(spans: otlp_json\) never set 'app'"):
+        check_fields_provided(s, Pipeline(s, JUDGES, Metrics(CollectorRegistry())))
+    s = settings(inputs=[OTLP], routes=[route({"by": "tenant", "rates": {"a": 1.0}})])
+    check_fields_provided(s, Pipeline(s, JUDGES, Metrics(CollectorRegistry())))
+
+
+def warnings_for(*routes: dict[str, Any], **sections: Any) -> list[str]:
+    s = settings(routes=list(routes), **sections)
+    return config_warnings(s, Pipeline(s, JUDGES, Metrics(CollectorRegistry())))
+
+
+def test_strata_that_change_nothing_are_said() -> None:
+    [said] = warnings_for(route({"by": "tenant", "rates": {"a": 0.2, "b": 0.2}}))
+    assert said.startswith("routes[0] (support).strata: every rate listed equals the route's "
+                           "sample_rate (0.2)")
+    assert warnings_for(route({"by": "tenant", "rates": {"a": 0.2, "b": 0.3}})) == []
+
+
+def test_a_route_at_0_with_a_live_stratum_is_not_off() -> None:
+    first = {**route({"by": "tenant", "rates": {"a": 0.5}}, sample_rate=0.0),
+             "match": {"app": ["x"]}}
+    rest = {**route(None), "name": "rest"}
+    assert warnings_for(first, rest) == []
+    assert "turns the route off" in warnings_for({**first, "strata": None}, rest)[0]
+    off = warnings_for(route({"by": "tenant", "rates": {"a": 0.0}}, sample_rate=0.0))
+    assert any("evaluates nothing" in said for said in off)
+
+
+def test_a_yaml_route_with_strata_loads(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("routes:\n  - name: support\n    sample_rate: 0.01\n    strata:\n"
+                    "      by: tenant\n      rates: {acme: 0.001, tiny-co: 1.0}\n"
+                    "    evaluators: [{evaluator: refusal}]\n", encoding="utf-8")
+    strata = load_settings(path).routes[0].strata
+    assert strata is not None
+    assert (strata.by, strata.rates) == ("tenant", {"acme": 0.001, "tiny-co": 1.0})
