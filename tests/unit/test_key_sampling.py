@@ -220,3 +220,27 @@ async def test_partial_partition_batches_still_commit_to_the_end() -> None:
         skipped = metric(worker, "evalstream_events_skipped_total", reason="sampling")
         assert 0 < len(sink.results) < 80
         assert len(sink.results) + skipped == 300
+
+
+async def test_a_high_rate_stratum_is_not_skipped_before_decoding() -> None:
+    # The route samples its default at 1%, one tenant at 100%: the pre-decode skips (the
+    # message-key limit; the flat_json probe and decoder shortcut under trace_id) must use
+    # the highest stratum rate, or that tenant's events would be skipped unread.
+    routes = [{"name": "r", "sample_rate": 0.01,
+               "strata": {"by": "tenant", "rates": {"tiny-co": 1.0}},
+               "evaluators": [{"evaluator": "unit_scripted"}]}]
+    records = [RawRecord("traces", 0, i, dump_json(
+        {"event_id": f"e{i}", "trace_id": t, "output": "ok",
+         "attributes": {"tenant": "tiny-co" if i % 3 == 0 else "acme"}}), t.encode())
+        for i, t in enumerate(TRACE_IDS[:300])]
+    tiny = {f"e{i}" for i in range(0, 300, 3)}
+    for key in ("trace_id", "message_key"):
+        worker, _, sink = await run_worker(records, routes=routes, sampling={"key": key})
+        by_rate: dict[float, set[str]] = {}
+        for r in sink.results:
+            by_rate.setdefault(r.sample_rate, set()).add(r.event_id)
+        assert by_rate.pop(1.0) == tiny, key
+        assert set(by_rate) <= {0.01}, key  # the other tenant at the route's rate
+        assert not by_rate.get(0.01, set()) & tiny
+        assert metric(worker, "evalstream_events_skipped_total", reason="sampling") == (
+            len(records) - len(sink.results))
