@@ -223,6 +223,20 @@ def test_strata_that_change_nothing_are_said() -> None:
     assert warnings_for(route({"by": "tenant", "rates": {"a": 0.2, "b": 0.3}})) == []
 
 
+def test_strata_by_a_topic_the_route_does_not_read_are_said() -> None:
+    inputs = [{"topic": "traces"}, {"topic": "audit"}]
+    strata = {"by": "topic", "rates": {"traces": 1.0, "audti": 0.5}}
+    [said] = warnings_for(route(strata), inputs=inputs)
+    assert said == ("routes[0] (support).strata.rates: ['audti'] is no topic the route reads "
+                    "(its inputs: ['audit', 'traces']): never applied")
+    assert warnings_for(route({**strata, "rates": {"traces": 1.0, "audit": 0.5}}),
+                        inputs=inputs) == []
+    # ... by the route's inputs: those its match.topic names.
+    [said] = warnings_for(route({**strata, "rates": {"traces": 1.0, "audit": 0.5}},
+                                match={"topic": ["traces"]}), inputs=inputs)
+    assert "['audit'] is no topic the route reads (its inputs: ['traces'])" in said
+
+
 def test_a_route_at_0_with_a_live_stratum_is_not_off() -> None:
     first = {**route({"by": "tenant", "rates": {"a": 0.5}}, sample_rate=0.0),
              "match": {"app": ["x"]}}

@@ -210,6 +210,12 @@ def config_warnings(settings: Settings, pipeline: Pipeline) -> list[str]:
             found.append(f"routes[{ri}] ({route.name}).strata: every rate listed equals the "
                          f"route's sample_rate ({route.sample_rate:g}): the strata change "
                          f"nothing")
+        if strata is not None and strata.by == "topic":
+            read = {t.topic for t in route_inputs(route, settings.inputs)}
+            idle = sorted(set(strata.rates) - read)
+            if idle:
+                found.append(f"routes[{ri}] ({route.name}).strata.rates: {idle} is no topic "
+                             f"the route reads (its inputs: {sorted(read)}): never applied")
     used = {spec.judge for route in routes for spec in route.evaluators}
     pending = list(used)
     while pending:  # the steps of the cascades in use (a step may be a cascade itself)
