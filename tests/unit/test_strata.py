@@ -15,6 +15,7 @@ from evalstream.app.pipeline import Pipeline
 from evalstream.app.reach import attributes_read
 from evalstream.config import load_settings
 from evalstream.errors import ConfigError
+from evalstream.evaluators import registry
 from evalstream.events import TraceEvent
 from evalstream.formats import NEVER_SET
 from evalstream.metrics import Metrics
@@ -196,7 +197,8 @@ def test_otlp_decoders_carry_the_strata_attribute() -> None:
     s = settings(inputs=[OTLP, {"topic": "traces"}], routes=[
         route({"by": "tenant", "rates": {"a": 0.5}}, match={"topic": ["spans"]}),
         {**route({"by": "app", "rates": {"a": 0.5}}), "name": "other"}])
-    assert attributes_read(s) == {"spans": ("tenant",), "traces": ()}
+    params = [registry.params_for(spec, where="") for r in s.routes for spec in r.evaluators]
+    assert attributes_read(s, params) == {"spans": ("tenant",), "traces": ()}
 
 
 def test_strata_by_a_field_the_inputs_never_set_is_refused(
