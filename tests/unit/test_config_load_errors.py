@@ -44,3 +44,36 @@ def test_these_exit_2_from_the_command_line(
     monkeypatch.setenv("EVALSTREAM_KAFKA", "{bad")
     assert main(["check-config", str(good)]) == EXIT_CONFIG
     assert "EVALSTREAM_KAFKA" in capsys.readouterr().err
+
+
+#: YAML 1.1 (PyYAML) reads these unquoted as booleans.
+_YAML_BOOLEANS = ["off", "on", "no", "yes"]
+
+
+@pytest.mark.parametrize("word", _YAML_BOOLEANS)
+def test_a_yaml_boolean_where_text_is_expected_says_to_quote_it(
+        word: str, tmp_path: Path) -> None:
+    # `name: off` arrived as False and the error said only "Input should be a valid string",
+    # though the file plainly holds a string.
+    path = tmp_path / "bool.yaml"
+    path.write_text(f"routes:\n  - name: {word}\n    evaluators: [{{evaluator: refusal}}]\n",
+                    encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"routes\.0\.name: .*valid string.*quote it"):
+        load_settings(path)
+
+
+def test_yaml_boolean_labels_of_a_classifier_say_to_quote_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Evaluator params are validated when the evaluators are built, not with Settings:
+    # `labels: {yes: ..., no: ...}` gave "params.labels.1.[key]: Input should be a valid
+    # string" with no word of YAML.
+    path = tmp_path / "labels.yaml"
+    path.write_text(
+        "judges:\n  gpt: {type: openai, base_url: 'http://127.0.0.1:9', model: m}\n"
+        "routes:\n  - name: r\n    evaluators:\n      - evaluator: classifier\n"
+        "        judge: gpt\n        params: {labels: {yes: polite, no: rude}}\n",
+        encoding="utf-8")
+    assert main(["check-config", str(path)]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "params.labels" in err
+    assert "quote it" in err
