@@ -77,3 +77,42 @@ def test_yaml_boolean_labels_of_a_classifier_say_to_quote_them(
     err = capsys.readouterr().err
     assert "params.labels" in err
     assert "quote it" in err
+
+
+@pytest.mark.parametrize(("yaml_text", "where", "meant"), [
+    ("kafka:\n  bootstrap_server: k:9092\n", r"kafka\.bootstrap_server", "bootstrap_servers"),
+    ("kafak: {}\n", "kafak", "kafka"),
+    ("routes:\n  - name: r\n    sesion: {}\n    evaluators: [{evaluator: refusal}]\n",
+     r"routes\.0\.sesion", "session"),
+    ("routes:\n  - name: r\n    evaluators: [{evaluator: refusal, sample_rat: 0.5}]\n",
+     r"routes\.0\.evaluators\.0\.sample_rat", "sample_rate"),
+    # A judge's path holds its type, the tag of the union of judge kinds.
+    ("judges:\n  g: {type: openai, base_url: 'http://x', model: m, dedline_s: 3}\n",
+     r"judges\.g\.openai\.dedline_s", "deadline_s"),
+])
+def test_a_misspelt_key_names_the_setting_it_is_closest_to(
+        yaml_text: str, where: str, meant: str, tmp_path: Path) -> None:
+    # "Extra inputs are not permitted" named the key but not the one meant.
+    path = tmp_path / "typo.yaml"
+    path.write_text(yaml_text, encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"{where}: .*not permitted \(did you mean {meant}\?\)"):
+        load_settings(path)
+
+
+def test_an_unknown_key_like_no_setting_gets_no_suggestion(tmp_path: Path) -> None:
+    path = tmp_path / "unknown.yaml"
+    path.write_text("kafka:\n  zzz: 1\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert "kafka.zzz: Extra inputs are not permitted" in str(info.value)
+    assert "did you mean" not in str(info.value)
+
+
+def test_a_misspelt_evaluator_param_names_the_param_it_is_closest_to(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "param.yaml"
+    path.write_text("routes:\n  - name: r\n    evaluators:\n      - evaluator: refusal\n"
+                    "        params: {treshold: 0.4}\n", encoding="utf-8")
+    assert main(["check-config", str(path)]) == EXIT_CONFIG
+    assert "params.treshold: Extra inputs are not permitted (did you mean threshold?)" in (
+        capsys.readouterr().err)

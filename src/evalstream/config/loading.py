@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,30 +16,13 @@ import yaml
 from pydantic import SecretStr, ValidationError
 from pydantic_settings import SettingsError
 
+from evalstream.config.hints import error_message
 from evalstream.config.judges import OpenAIJudgeConfig, header_safe
 from evalstream.config.secret_files import read_secret_file
 from evalstream.config.settings import Settings
 from evalstream.errors import ConfigError
 
-__all__ = ["error_message", "format_validation_error", "load_settings"]
-
-#: PyYAML reads YAML 1.1, where an unquoted yes, no, on, off, true or false is a boolean:
-#: a route named ``off`` or a classifier label ``no`` arrives as False, and pydantic's
-#: "Input should be a valid string" says nothing of why.
-_YAML_BOOLEAN_HINT = (" (YAML reads an unquoted yes, no, on, off, true or false as a "
-                      "boolean: quote it, e.g. \"no\")")
-
-
-def error_message(err: Mapping[str, Any]) -> str:
-    """pydantic's message for one validation error, with a hint when YAML is the cause.
-
-    Args:
-        err: One entry of ``ValidationError.errors()``.
-    """
-    message = str(err["msg"])
-    if err["type"] == "string_type" and isinstance(err.get("input"), bool):
-        message += _YAML_BOOLEAN_HINT
-    return message
+__all__ = ["format_validation_error", "load_settings"]
 
 
 def _environment() -> dict[str, list[str]]:
@@ -93,7 +75,8 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
         path = [str(p) for p in err["loc"]]
         note = _env_note(path, env)
         from_env = from_env or bool(note)
-        lines.append(f"  {'.'.join(path) or '(top level)'}: {error_message(err)}{note}")
+        lines.append(f"  {'.'.join(path) or '(top level)'}: "
+                     f"{error_message(err, Settings)}{note}")
     where = f"{source} and the environment" if from_env else source
     return "\n".join([f"invalid configuration in {where}:", *lines])
 

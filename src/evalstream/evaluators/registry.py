@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from evalstream.config import EvaluatorSpec
-from evalstream.config.loading import error_message
+from evalstream.config.hints import error_message
 from evalstream.config.routes import VERSION_PATTERN
 from evalstream.errors import ConfigError
 from evalstream.evaluators.base import Evaluator, EvaluatorParams
@@ -88,7 +88,8 @@ def _validated(spec: EvaluatorSpec, where: str
         params = cls.params_model.model_validate(spec.params)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(['params', *(str(p) for p in err['loc'])])}: {error_message(err)}"
+            f"{'.'.join(['params', *(str(p) for p in err['loc'])])}: "
+            f"{error_message(err, cls.params_model)}"
             for err in exc.errors()
         )
         raise ConfigError(f"{where} ({spec.label}): {problems}") from None
