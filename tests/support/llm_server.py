@@ -13,8 +13,9 @@ bodies) that answers like the real thing:
 * ``llamacpp_native_old`` older llama.cpp ``/completion`` (``probs[{tok_str, prob}]``)
 
 It misbehaves on demand: queue faults with :meth:`FakeLLM.fail_next` (``"429"`` with
-``Retry-After``, ``"500"``, ``"timeout"`` (answers too late), ``"reset"`` (drops the
-connection), ``"nonjson"``, ``"nologprobs"``, ``"nooptions"``, ``"401"``, ``"400"``), or set
+``Retry-After``, ``"quota"`` (a 429 saying ``insufficient_quota``), ``"500"``, ``"timeout"``
+(answers too late), ``"reset"`` (drops the connection), ``"nonjson"``, ``"nologprobs"``,
+``"nooptions"``, ``"401"``, ``"400"``), or set
 ``always`` to one of them. It records every request body and header set, and the highest
 number of requests it was serving at once (``max_concurrent``), so tests assert limits at
 the server, not in the client.
@@ -161,6 +162,14 @@ class FakeLLM:
         if fault == "429":
             await self._send(writer, 429, {"error": {"message": "Rate limit reached",
                                                      "type": "requests"}},
+                             {"Retry-After": self.retry_after} if self.retry_after else None)
+            return True
+        if fault == "quota":
+            # OpenAI's answer to an account out of credit: a 429 that is not rate limiting.
+            await self._send(writer, 429, {"error": {
+                "message": "You exceeded your current quota, please check your plan and "
+                           "billing details.",
+                "type": "insufficient_quota", "param": None, "code": "insufficient_quota"}},
                              {"Retry-After": self.retry_after} if self.retry_after else None)
             return True
         if fault in ("500", "503"):

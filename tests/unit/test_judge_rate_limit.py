@@ -15,6 +15,7 @@ import math
 import time
 from typing import Any
 
+import httpx
 import pytest
 import structlog
 
@@ -22,6 +23,7 @@ from evalstream.config import OpenAIJudgeConfig
 from evalstream.errors import JudgeError, JudgeUnavailableError
 from evalstream.judges.base import JudgeRequest
 from evalstream.judges.openai_compat import OpenAIJudge
+from evalstream.judges.openai_wire import QuotaExhaustedError, classify_response
 from evalstream.judges.resilience import PauseGate
 from evalstream.judges.spend import WAIT_SCOPE
 from evalstream.metrics import Metrics
@@ -115,6 +117,86 @@ async def test_other_retryable_errors_keep_max_retries_after_429s() -> None:
             await judge.judge(question())
         await judge.aclose()
     assert len(server.posts) == 5
+
+
+# --- a 429 that is not rate limiting: the account is out of credit ------------------------
+
+
+async def test_an_insufficient_quota_429_fails_at_once_and_pauses_nobody() -> None:
+    """OpenAI's 429 for an account without credit: one request each, an error naming the
+    quota and what to do, long before the deadline, and no judge-wide pause (each was
+    retried until the 10 s deadline, and a run of them paused every other request too)."""
+    metrics = Metrics()
+    async with llm_server(always="quota", retry_after="5") as server:
+        judge = make_judge(server, metrics, backoff_max_s=5.0, deadline_s=10.0)
+        start = time.monotonic()
+        for n in range(2):  # two in a row: a run of 429s would pause the judge
+            with pytest.raises(QuotaExhaustedError) as info:
+                await judge.judge(question(n))
+        took = time.monotonic() - start
+        paused = judge._sender.pause.paused
+        await judge.aclose()
+    assert took < 2.0, took
+    assert len(server.posts) == 2
+    assert not paused
+    error = info.value
+    assert not isinstance(error, JudgeUnavailableError)
+    assert not error.retryable
+    assert error.status == 429
+    message = str(error)
+    assert "insufficient_quota" in message, message
+    assert "billing" in message, message
+    assert "(after 1 attempt)" in message, message
+    assert sample(metrics, "evalstream_judge_rate_limit_paused_seconds_total") == 0
+    assert sample(metrics, "evalstream_judge_requests_total", outcome="rate_limited") == 0
+    assert sample(metrics, "evalstream_judge_requests_total", outcome="error") == 2
+
+
+async def test_a_plain_429_next_to_a_quota_one_is_still_waited_out() -> None:
+    metrics = Metrics()
+    async with llm_server(retry_after="0.05") as server:
+        server.fail_next("quota")
+        judge = make_judge(server, metrics)
+        with pytest.raises(QuotaExhaustedError):
+            await judge.judge(question(1))
+        server.fail_next("429", "429", "429", "429")  # more than max_retries (2)
+        answer = await judge.judge(question(2))
+        await judge.aclose()
+    assert answer.p("yes") > 0.8
+    assert len(server.posts) == 1 + 5
+    assert sample(metrics, "evalstream_judge_requests_total", outcome="rate_limited") == 4
+
+
+@pytest.mark.parametrize("error", [
+    {"message": "You exceeded your current quota", "type": "insufficient_quota",
+     "param": None, "code": "insufficient_quota"},
+    # Seen with "code": null: the type alone says it.
+    {"message": "You exceeded your current quota", "type": "insufficient_quota",
+     "param": None, "code": None},
+])
+def test_classify_tells_an_insufficient_quota_429_from_rate_limiting(
+        error: dict[str, Any]) -> None:
+    response = httpx.Response(429, json={"error": error}, headers={"Retry-After": "20"})
+    body, classified = classify_response(response, judge="llm", host="h", redact=str)
+    assert body is None
+    assert isinstance(classified, QuotaExhaustedError)
+    assert not classified.retryable
+    assert classified.status == 429
+
+
+@pytest.mark.parametrize("error", [
+    {"message": "Rate limit reached for requests", "type": "requests",
+     "code": "rate_limit_exceeded"},
+    # The match is on code/type, not on message text.
+    {"message": "insufficient_quota? no, a rate limit", "type": "tokens", "code": None},
+    {},
+])
+def test_classify_keeps_other_429s_rate_limiting(error: dict[str, Any]) -> None:
+    response = httpx.Response(429, json={"error": error} if error else {})
+    _, classified = classify_response(response, judge="llm", host="h", redact=str)
+    assert classified is not None
+    assert not isinstance(classified, QuotaExhaustedError)
+    assert classified.retryable
 
 
 # --- the judge-wide pause ----------------------------------------------------------------

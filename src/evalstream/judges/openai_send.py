@@ -188,7 +188,10 @@ class RequestSender:
                         # half-open probe that is never released keeps the breaker
                         # half-open, and every later request waits for it until its deadline.
                         await self.breaker.abandon(probe=probe)
-                rate_limited = error is not None and error.status == 429
+                # Only a 429 worth retrying is rate limiting: one saying the account is out
+                # of credit (openai_wire.QuotaExhaustedError) fails its request at once and
+                # pauses nobody, as any other answer lifts the pause.
+                rate_limited = error is not None and error.status == 429 and error.retryable
                 if error is not None and rate_limited:
                     self._pause_for(error)  # before settle(): the waiters see the new pause
                 else:

@@ -29,6 +29,7 @@ from evalstream.judges.resilience import parse_retry_after
 __all__ = [
     "PATHS",
     "LogprobsRejectedError",
+    "QuotaExhaustedError",
     "Usage",
     "build_payload",
     "classify_response",
@@ -54,6 +55,15 @@ _NON_RETRYABLE_HINT = {
     404: "not found: check base_url and model",
     422: "the request was rejected (unprocessable)",
 }
+# OpenAI answers HTTP 429 both to a rate limit and to an account out of credit; only the
+# error's ``code`` (or its ``type``: some answers carry ``"code": null``) tells them apart.
+# Waiting cannot bring credit back, so this one is not retried. Other backends: vLLM and
+# llama.cpp meter no account; Azure OpenAI's quota is a rate (429 with a Retry-After, waited
+# out) and API Management's call quota a 403 (never retried anyway).
+_QUOTA_EXHAUSTED = "insufficient_quota"
+_QUOTA_HINT = ("the provider account's quota is exhausted (insufficient_quota): add credit or "
+               "raise its limits in the account's plan and billing settings; retrying cannot "
+               "help")
 # What reading an odd but well-formed JSON body can raise (huge or non-finite numbers,
 # unexpected types, deep nesting): each becomes a JudgeError, never escapes as itself.
 _PARSE_ERRORS = (ArithmeticError, ValueError, TypeError, LookupError, AttributeError,
@@ -204,6 +214,11 @@ class LogprobsRejectedError(JudgeError):
     the logprobs parameters."""
 
 
+class QuotaExhaustedError(JudgeError):
+    """An HTTP 429 whose error is ``insufficient_quota``: the provider account has no credit
+    left. Not retryable, and not rate limiting (it pauses nothing)."""
+
+
 def classify_response(response: httpx.Response, *, judge: str, host: str,
                       redact: Callable[[str], str]) -> tuple[Any, JudgeError | None]:
     """Read one HTTP response: (parsed body, None) or (parsed body or None, classified error).
@@ -218,8 +233,10 @@ def classify_response(response: httpx.Response, *, judge: str, host: str,
         The parsed JSON body of a 2xx response; otherwise a ``JudgeError`` that says
         whether it is retryable (408, 409, 425, 429, 5xx and a non-JSON 2xx body) and
         carries the status and ``Retry-After``. A 400 that names the logprobs parameters is a
-        ``LogprobsRejectedError``. A 2xx body that is an error object is an error too (see
-        ``_error_in_body``), returned with its body: the usage it reports still cost money.
+        ``LogprobsRejectedError``; a 429 saying ``insufficient_quota`` (no credit left, so
+        not worth retrying) a ``QuotaExhaustedError``. A 2xx body that is an error object
+        is an error too (see ``_error_in_body``), returned with its body: the usage it
+        reports still cost money.
     """
     status = response.status_code
     if 200 <= status < 300:
@@ -232,7 +249,11 @@ def classify_response(response: httpx.Response, *, judge: str, host: str,
         error = _error_in_body(body, response, judge=judge, host=host, redact=redact)
         return body, error
     retry_after = parse_retry_after(response.headers.get("retry-after"))
-    detail = _error_detail(_error_fields(response), redact)
+    fields = _error_fields(response)
+    detail = _error_detail(fields, redact)
+    if status == 429 and _QUOTA_EXHAUSTED in (fields.get("code"), fields.get("type")):
+        return None, QuotaExhaustedError(f"judge {judge!r}: HTTP 429 from {host}: "
+                                         f"{_QUOTA_HINT}{detail}", retryable=False, status=429)
     if _retryable_status(status):
         return None, JudgeError(f"judge {judge!r}: HTTP {status} from {host}"
                                 f"{detail}", retryable=True, status=status,
