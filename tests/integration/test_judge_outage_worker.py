@@ -222,10 +222,11 @@ async def test_an_outage_past_the_judges_budget_publishes_named_error_results(
 
 async def test_a_stop_while_the_judge_is_down_abandons_the_waiting_work_for_a_restart(
         broker: Broker) -> None:
-    """SIGTERM with every slot waiting for a judge that refuses connections: the drain
-    waits ``shutdown_timeout_s``, then the waiting evaluations are abandoned uncommitted,
-    not published as errors, and the worker exits 0; its restart, with the judge back,
-    evaluates them."""
+    """SIGTERM with every slot waiting for a judge that refuses connections: the waiting
+    evaluations (at the open circuit, or backing off before a retry) are cancelled at once,
+    not drained for ``shutdown_timeout_s`` (they would wait up to their deadline), left
+    uncommitted, not published as errors, and the worker exits 0; its restart, with the
+    judge back, evaluates them."""
     topics = Topics.fresh("judgestop")
     await topics.create(broker.bootstrap, partitions=PARTITIONS)
     async with llm_server(decide=decide) as server:
@@ -248,7 +249,7 @@ async def test_a_stop_while_the_judge_is_down_abandons_the_waiting_work_for_a_re
             code = await asyncio.wait_for(asyncio.shield(task), shutdown_timeout + 5)
             took = loop.time() - stopped
         assert code == 0
-        assert shutdown_timeout - 0.5 < took < shutdown_timeout + 3
+        assert took < shutdown_timeout - 0.5  # the drain did not wait for them
         assert sample(worker, "evalstream_results_published_total", status="error") == 0
         assert await committed(broker.bootstrap, topics.group, topics.inputs,
                                PARTITIONS) != ends

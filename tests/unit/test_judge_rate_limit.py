@@ -25,7 +25,7 @@ from evalstream.judges.base import JudgeRequest
 from evalstream.judges.openai_compat import OpenAIJudge
 from evalstream.judges.openai_wire import QuotaExhaustedError, classify_response
 from evalstream.judges.resilience import PauseGate
-from evalstream.judges.spend import WAIT_SCOPE
+from evalstream.judges.waits import WAIT_SCOPE
 from evalstream.metrics import Metrics
 from tests.support.clock import FakeClock
 from tests.support.llm_server import FakeLLM, llm_server
@@ -382,7 +382,7 @@ async def test_a_revoke_or_a_stop_cancels_the_requests_held_at_the_pause() -> No
 
         gone, held = (asyncio.create_task(ask_in(s, n)) for s, n in ((revoked, 2), (kept, 3)))
         async with asyncio.timeout(5):  # both held at the pause
-            while len(judge._spend._held) < 2:
+            while len(judge._waits) < 2:
                 await asyncio.sleep(0.01)
         judge.stop_waiting({revoked})
         await asyncio.wait([gone], timeout=1)

@@ -173,3 +173,61 @@ async def test_the_probe_taken_after_an_abandoned_one_is_still_the_only_one() ->
     assert not third.done()  # still one probe at a time
     await breaker.record(True, probe=True)
     assert await asyncio.wait_for(third, 1.0) is False  # closed: goes out as normal
+
+
+# --- would_wait: whether the caller is about to wait (a stop may then cancel it) ----------
+
+
+async def test_token_bucket_would_wait_agrees_with_take() -> None:
+    clock = FakeClock(0.0)
+    bucket = TokenBucket(rate=1.0, capacity=2.0, clock=clock)
+    assert not bucket.would_wait(2.0)
+    assert await bucket.take(2.0) == 0.0  # took at once, as would_wait said
+    assert bucket.would_wait(1.0)
+    clock.now = 0.5
+    assert bucket.would_wait(1.0)  # half a token refilled
+    assert not bucket.would_wait(0.5)
+    clock.now = 1.0
+    assert not bucket.would_wait(1.0)
+    assert bucket.would_wait(2.0)
+    clock.now = 2.0
+    assert not bucket.would_wait(50.0)  # more than a burst passes with a full bucket
+
+
+async def test_token_bucket_would_wait_behind_a_waiting_taker() -> None:
+    # Arrival order: with someone waiting in take(), a newcomer queues behind them even if
+    # the tokens it asks for are there by the time it looks.
+    bucket = TokenBucket(rate=10.0, capacity=1.0)
+    await bucket.take(1.0)
+    first = asyncio.create_task(bucket.take(1.0))
+    await asyncio.sleep(0)
+    assert bucket.would_wait(0.001)
+    await asyncio.wait_for(first, 1)
+    await asyncio.sleep(0.2)  # refilled
+    assert not bucket.would_wait(1.0)
+
+
+async def test_token_bucket_cancelled_taker_leaves_no_queue_behind() -> None:
+    bucket = TokenBucket(rate=0.01, capacity=1.0)
+    await bucket.take(1.0)
+    waiter = asyncio.create_task(bucket.take(1.0))
+    await asyncio.sleep(0.01)
+    waiter.cancel()
+    await asyncio.gather(waiter, return_exceptions=True)
+    bucket._tokens = 1.0
+    assert not bucket.would_wait(1.0)
+
+
+async def test_breaker_would_wait_while_open_or_while_its_probe_is_out() -> None:
+    clock = FakeClock(0.0)
+    breaker = CircuitBreaker(failures=1, reset_s=10.0, clock=clock)
+    assert not breaker.would_wait()
+    await breaker.record(False)
+    assert breaker.state is CircuitState.OPEN
+    assert breaker.would_wait()
+    clock.now = 10.0
+    assert not breaker.would_wait()  # due: the next acquire is the probe, at once
+    assert await breaker.acquire() is True
+    assert breaker.would_wait()  # half-open, probe out
+    await breaker.record(True, probe=True)
+    assert not breaker.would_wait()

@@ -16,7 +16,8 @@ import structlog
 from evalstream.config import OpenAIJudgeConfig
 from evalstream.judges.base import JudgeRequest
 from evalstream.judges.openai_compat import OpenAIJudge
-from evalstream.judges.spend import WAIT_SCOPE, SpendCap, SpendCapWait, SpendWindow
+from evalstream.judges.spend import SpendCap, SpendCapWait, SpendWindow
+from evalstream.judges.waits import WAIT_SCOPE
 from evalstream.metrics import Metrics
 from tests.support.clock import FakeClock
 from tests.support.llm_server import FakeLLM, llm_server

@@ -20,13 +20,17 @@ from evalstream.app import observers as observers_module
 from evalstream.app import shutdown as shutdown_module
 from evalstream.app.observers import PublishAlert, RecordingObserver
 from evalstream.app.worker import Worker
+from evalstream.config import OpenAIJudgeConfig
 from evalstream.errors import OutputRejectedError, SourceError
 from evalstream.events import Alert, EvalResult, RawRecord
 from evalstream.judges.base import Judgement, JudgeRequest
+from evalstream.judges.openai_compat import OpenAIJudge
 from evalstream.judges.spend import SpendCap, SpendWindow
+from evalstream.metrics import Metrics
 from evalstream.sinks.memory import MemorySink
 from evalstream.sources.memory import MemorySource
 from tests.support.clock import FakeClock
+from tests.support.llm_server import llm_server
 from tests.unit.pipeline_doubles import JUDGES, NullJudge, raw, settings
 
 TP0 = ("traces", 0)
@@ -780,3 +784,32 @@ async def test_a_revoke_cancels_a_closed_sessions_wait_at_a_spend_cap() -> None:
         await until(lambda: judge.cap.waiting == 0 and worker.in_flight == 0)
         assert source.committed.get(TP0, 0) == 0  # redelivered to the next owner
     assert sink.results == []
+
+
+async def test_a_revoke_cancels_an_evaluation_waiting_at_a_judges_rate_limit() -> None:
+    # An OpenAI judge (a local server on a real socket) sends one request per 20 s: of two
+    # evaluations of partition 0, one is sent, the other waits at the token bucket up to
+    # its 20 s deadline, which the revoke waited for (up to 15 s) before this.
+    async with llm_server() as server:
+        judge = OpenAIJudge("builtin", OpenAIJudgeConfig(
+            base_url=server.url, model="judge-model", requests_per_s=0.05, timeout_s=2.0,
+            deadline_s=20.0, cache_size=0), Metrics())
+        source, sink = MemorySource([raw(0, "ask_judge"), raw(1, "ask_judge")]), MemorySink()
+        worker = Worker(settings(worker={"shutdown_timeout_s": 30, "commit_interval_s": 0.02,
+                                         "max_in_flight": 4}),
+                        registry=CollectorRegistry(), judges={"builtin": judge},
+                        source=source, sink=sink)
+        loop = asyncio.get_running_loop()
+        try:
+            async with started(worker):
+                await until(lambda: len(sink.results) == 1 and worker.in_flight == 1)
+                began = loop.time()
+                await source.revoke([TP0])
+                assert loop.time() - began < 5
+                await until(lambda: worker.in_flight == 0)
+                # At most the evaluation answered is committed; the one waiting is not.
+                assert source.committed.get(TP0, 0) <= 1
+        finally:
+            await judge.aclose()
+    assert len(server.posts) == 1
+    assert len(sink.results) == 1

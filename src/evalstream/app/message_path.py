@@ -48,7 +48,7 @@ from evalstream.app.publish_result import ResultPublisher
 from evalstream.app.session_path import SessionPath
 from evalstream.errors import DecodeError, OutputRejectedError, SinkError
 from evalstream.events import CANARY_ATTRIBUTE, Record, TraceEvent
-from evalstream.judges.spend import WAIT_SCOPE
+from evalstream.judges.waits import WAIT_SCOPE
 from evalstream.logging import get_logger
 from evalstream.sampling import SCALE
 from evalstream.sources.base import Source

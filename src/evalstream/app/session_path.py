@@ -34,7 +34,7 @@ from evalstream.app.sessions import REASONS, Closed, Member, SessionStore, Windo
 from evalstream.config import Settings
 from evalstream.errors import SinkError
 from evalstream.events import Record, TraceEvent
-from evalstream.judges.spend import WAIT_SCOPE
+from evalstream.judges.waits import WAIT_SCOPE
 from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
 

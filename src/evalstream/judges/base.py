@@ -147,9 +147,10 @@ class Judge(abc.ABC):
         return True
 
     def stop_waiting(self, scopes: Collection[Hashable] | None = None) -> None:  # noqa: B027
-        """Cancel requests waiting for budget (a spend cap with ``on_spend_cap: wait``)
-        rather than let a drain or a revoke wait for them: all of them (the worker is
-        stopping), or those whose ``judges.spend.WAIT_SCOPE`` is in ``scopes`` (revoked
+        """Cancel requests waiting before they are sent (for budget under a spend cap with
+        ``on_spend_cap: wait``, at a rate limit or an open circuit) rather than let a
+        drain or a revoke wait for them: all of them (the worker is
+        stopping), or those whose ``judges.waits.WAIT_SCOPE`` is in ``scopes`` (revoked
         partitions' assignments), including those that start waiting later. Their
         evaluations stay uncommitted and are redelivered. An optional
         hook: most judges never wait."""

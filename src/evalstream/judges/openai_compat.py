@@ -25,7 +25,8 @@ cap by at most the cost of those in-flight requests (at most ``max_concurrency``
 the cap is checked again once a request holds its connection slot). With
 ``on_spend_cap: wait`` the request waits instead (``spend.SpendCapWait``, caught in
 ``_cached`` outside the deadline) until the oldest spend leaves the window, then starts
-again with a fresh deadline; a stop cancels the wait (``stop_waiting``).
+again with a fresh deadline. A stop or a revoke cancels that wait, and the request's other
+waits before it is sent (``stop_waiting``; ``waits.StoppableWaits``).
 
 The API key lives only in the client's default headers: it is never logged, never put in
 an exception message (messages are also scrubbed of it, in case a server echoes it). So
@@ -73,6 +74,7 @@ from evalstream.judges.registry import judge_backend
 from evalstream.judges.resilience import CircuitState
 from evalstream.judges.scrub import Scrubber
 from evalstream.judges.spend import SpendCap, SpendCapWait, SpendWindow
+from evalstream.judges.waits import StoppableWaits
 from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
 
@@ -121,13 +123,16 @@ class OpenAIJudge(Judge):
         # Kept with or without a cap: the gauge then shows the spend a cap would see.
         window = SpendWindow(config.spend_cap_window_s, clock=clock)
         metrics.judge_spend_window.labels(name).set_function(window.total)
+        # Every wait of a request before it is sent, for stop_waiting to cancel.
+        waits = StoppableWaits()
         spend = SpendCap(name, config.spend_cap_usd, window,
                          metrics.judge_requests.labels(name, "capped").inc,
-                         wait=config.on_spend_cap == "wait", sleep=sleep)
+                         wait=config.on_spend_cap == "wait", sleep=sleep, waits=waits)
         metrics.judge_spend_cap_waiting.labels(name).set_function(lambda: spend.waiting)
         self._spend = spend
+        self._waits = waits
         self._sender = RequestSender(name, config, metrics, self._redact, spend,
-                                     self.should_retry)
+                                     self.should_retry, waits)
         self._host = self._sender.host
         self._breaker = self._sender.breaker
         self._cache: TTLCache[_Answer] = TTLCache(config.cache_size, config.cache_ttl_s)
@@ -173,9 +178,10 @@ class OpenAIJudge(Judge):
         return error.retryable
 
     def stop_waiting(self, scopes: Collection[Hashable] | None = None) -> None:
-        """Cancel the requests waiting at the spend cap (``on_spend_cap: wait``): all, or
-        those of ``scopes`` (see ``Judge.stop_waiting``)."""
-        self._spend.stop_waiting(scopes)
+        """Cancel the requests waiting before they are sent (at the spend cap with
+        ``on_spend_cap: wait``, the rate-limit pause, the circuit breaker, a token bucket,
+        a backoff): all, or those of ``scopes`` (see ``Judge.stop_waiting``)."""
+        self._waits.stop(scopes)
 
     async def aclose(self) -> None:
         """Close the HTTP clients (their pooled connections)."""

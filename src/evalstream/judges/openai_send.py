@@ -17,6 +17,11 @@ and becomes consumer lag. And one 429 speaks for the whole judge: its ``Retry-Af
 every request of the judge (``resilience.PauseGate``), instead of each request finding
 out with a 429 of its own.
 
+A request that waits before it is sent (at the pause, the breaker, a token bucket, or in
+its backoff before a retry) holds that wait in the judge's ``waits.StoppableWaits``: a stop
+or a revoke of its partition cancels it, and its evaluation is redelivered, rather than
+the drain or the revoke waiting for it up to its deadline.
+
 The API key lives only in the HTTP clients' default headers, and every error message is
 scrubbed of the judge's credentials (``scrub.Scrubber``) before it leaves.
 """
@@ -26,9 +31,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -45,6 +50,7 @@ from evalstream.judges.resilience import (
 )
 from evalstream.judges.scrub import Scrubber
 from evalstream.judges.spend import SpendCap
+from evalstream.judges.waits import StoppableWaits
 from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
 
@@ -52,6 +58,8 @@ __all__ = ["RequestSender"]
 
 # The judge's logger: these events are the judge's own (judge_request_retry/_failed).
 _log = get_logger("evalstream.judges.openai")
+
+_T = TypeVar("_T")
 
 
 def _backend_answered(error: JudgeError | None) -> bool:
@@ -77,17 +85,19 @@ class RequestSender:
         redact: Scrubs the judge's credentials out of server text and messages.
         spend: The judge's spend cap (checked before each request, fed each cost).
         should_retry: Whether a failed attempt is worth retrying (the judge decides).
+        waits: Where a request's waits are held, for a stop or a revoke to cancel.
     """
 
     def __init__(self, name: str, config: OpenAIJudgeConfig, metrics: Metrics,
                  redact: Scrubber, spend: SpendCap,
-                 should_retry: Callable[[JudgeError], bool]) -> None:
+                 should_retry: Callable[[JudgeError], bool], waits: StoppableWaits) -> None:
         self.name = name
         self.config = config
         self._metrics = metrics
         self._redact = redact
         self._spend = spend
         self._should_retry = should_retry
+        self._waits = waits
         secret = config.api_key.get_secret_value() if config.api_key else None
         headers = dict(config.headers)
         if secret:
@@ -158,24 +168,23 @@ class RequestSender:
             # Before the token buckets: the requests held back by a pause then leave at
             # the configured rate, not all at once. The jitter spreads them out too.
             jitter = self.config.backoff_base_s / 2
-            if self.pause.paused:
-                if not usage.last_error:
-                    usage.last_error = (f"{self._last_rate_limit} (to another request; this "
-                                        f"one waited at the judge-wide pause)")
-                # A stop or a revoke cancels a request held here (the pause may last
-                # backoff_max_s): its evaluation is redelivered, nothing of it was sent.
-                pause_probe = await self._spend.stoppable(partial(self.pause.acquire, jitter))
-            else:
-                pause_probe = await self.pause.acquire(jitter)
+            if self.pause.paused and not usage.last_error:
+                usage.last_error = (f"{self._last_rate_limit} (to another request; this "
+                                    f"one waited at the judge-wide pause)")
+            # The pause may last backoff_max_s.
+            pause_probe = await self._wait(self.pause.paused,
+                                           partial(self.pause.acquire, jitter))
             settled = False
             try:
-                probe = await self.breaker.acquire()
+                probe = await self._wait(self.breaker.would_wait(), self.breaker.acquire)
                 recorded = False
                 try:
                     if self._rps is not None:
-                        await self._rps.take(1.0)
+                        await self._wait(self._rps.would_wait(1.0),
+                                         partial(self._rps.take, 1.0))
                     if self._tpm is not None:
-                        await self._tpm.take(float(estimate))
+                        await self._wait(self._tpm.would_wait(estimate),
+                                         partial(self._tpm.take, float(estimate)))
                     attempt += 1
                     usage.requests += 1
                     body, error = await self._attempt(payload, usage)
@@ -226,7 +235,14 @@ class RequestSender:
                                   error.retry_after)
             _log.warning("judge_request_retry", judge=self.name, status=error.status,
                          attempt=attempt, delay_s=round(delay, 3))
-            await asyncio.sleep(delay)
+            # A Retry-After is honoured above backoff_max_s, up to the deadline.
+            await self._wait(True, partial(asyncio.sleep, delay))
+
+    def _wait(self, waits: bool, wait: Callable[[], Awaitable[_T]]) -> Awaitable[_T]:
+        """``wait()``, held where a stop or a revoke cancels it when it ``waits``: its
+        evaluation is then redelivered (nothing more of it is sent). A wait that returns
+        at once is not held, so a stop's drain lets that request go on."""
+        return self._waits.wait(wait) if waits else wait()
 
     def _pause_for(self, error: JudgeError) -> None:
         """Pause the whole judge after a 429: until its ``Retry-After`` (at most

@@ -2,7 +2,9 @@
 
 All of them *wait* rather than fail: a caller that is rate limited or meets an open
 circuit sleeps, which holds its evaluation slot and so backpressures the Kafka consumer.
-The caller's deadline (``asyncio.timeout``) is what finally gives up.
+The caller's deadline (``asyncio.timeout``) is what finally gives up, or a stop or a revoke:
+each says whether it would wait now (``would_wait``, ``paused``), and the caller then holds
+that wait where a stop cancels it (``waits.StoppableWaits``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,16 @@ class TokenBucket:
         self._clock = clock
         self._stamp = clock()
         self._lock = asyncio.Lock()
+        # Callers in take(), waiting or not: a newcomer queues behind them.
+        self._takers = 0
+
+    def would_wait(self, amount: float = 1.0) -> bool:
+        """Whether :meth:`take` of ``amount`` would wait now: others take first (arrival
+        order), or the bucket holds too few tokens."""
+        if self._takers:
+            return True
+        tokens = min(self.capacity, self._tokens + (self._clock() - self._stamp) * self.rate)
+        return tokens < min(amount, self.capacity)
 
     def _refill(self) -> None:
         now = self._clock()
@@ -46,15 +58,19 @@ class TokenBucket:
         """Wait until ``amount`` tokens are available and take them; return the wait (s)."""
         amount = min(amount, self.capacity)  # a request larger than a burst still passes
         waited = 0.0
-        async with self._lock:
-            while True:
-                self._refill()
-                if self._tokens >= amount:
-                    self._tokens -= amount
-                    return waited
-                delay = (amount - self._tokens) / self.rate
-                waited += delay
-                await asyncio.sleep(delay)
+        self._takers += 1
+        try:
+            async with self._lock:
+                while True:
+                    self._refill()
+                    if self._tokens >= amount:
+                        self._tokens -= amount
+                        return waited
+                    delay = (amount - self._tokens) / self.rate
+                    waited += delay
+                    await asyncio.sleep(delay)
+        finally:
+            self._takers -= 1
 
     def debit(self, amount: float) -> None:
         """Take ``amount`` more without waiting (actual usage exceeded the estimate)."""
@@ -182,6 +198,13 @@ class CircuitBreaker:
             self._on_change(state)
         if state is CircuitState.OPEN:
             self._opened_at = self._clock()
+
+    def would_wait(self) -> bool:
+        """Whether :meth:`acquire` would wait now: open and not yet due for a probe, or
+        half-open with its probe out."""
+        if self.state is CircuitState.OPEN:
+            return self._opened_at + self.reset_s - self._clock() > 0
+        return self.state is CircuitState.HALF_OPEN and self._probing
 
     async def acquire(self) -> bool:
         """Wait until a request may go out. Returns True when it is the half-open probe."""

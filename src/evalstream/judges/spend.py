@@ -13,40 +13,30 @@ At the cap a judge either refuses (``on_spend_cap: error``: ``JudgeSpendCapError
 error result) or waits (``wait``): the request raises :class:`SpendCapWait`, which the
 judge catches to :meth:`SpendCap.wait_for_room` until the oldest spend leaves the window,
 then asks again. The wait holds the evaluation's slot, so the worker's backpressure turns
-the cap into consumer lag instead of error results.
+the cap into consumer lag instead of error results; a stop or a revoke cancels it (the
+judge's ``waits.StoppableWaits``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import threading
 import time
-import weakref
 from collections import deque
-from collections.abc import Awaitable, Callable, Collection, Hashable, Iterator
-from contextvars import ContextVar
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Collection, Hashable
 
 from evalstream.errors import JudgeSpendCapError
+from evalstream.judges.waits import StoppableWaits
 from evalstream.logging import get_logger
 
-__all__ = ["WAIT_SCOPE", "SpendCap", "SpendCapWait", "SpendWindow"]
+__all__ = ["SpendCap", "SpendCapWait", "SpendWindow"]
 
 _log = get_logger(__name__)
-
-_T = TypeVar("_T")
 
 # The shortest wait before the window is looked at again: a bucket is due to leave at a
 # time computed in floating point, and a wait of 0 there must not spin.
 _MIN_RECHECK_S = 0.001
-
-#: What a request waiting at a spend cap is waiting for, set by whoever runs it (the
-#: worker: the evaluation's partition assignment, an object a rebalance replaces), so that
-#: :meth:`SpendCap.stop_waiting` can cancel the waits of a revoked partition only, and
-#: refuse the waits that start after it. Tasks an evaluation starts inherit it.
-WAIT_SCOPE: ContextVar[Hashable | None] = ContextVar("evalstream_wait_scope", default=None)
 
 
 class SpendCapWait(Exception):
@@ -133,11 +123,13 @@ class SpendCap:
         wait: At the cap, raise :class:`SpendCapWait` (the judge then waits for room)
             instead of ``JudgeSpendCapError`` (``on_spend_cap: wait``).
         sleep: How a wait sleeps; injected by tests with a fake clock.
+        waits: The judge's waits, for a stop or a revoke to cancel (its own when None).
     """
 
     def __init__(self, judge: str, cap_usd: float | None, window: SpendWindow,
                  on_refused: Callable[[], None], *, wait: bool = False,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 waits: StoppableWaits | None = None) -> None:
         self.judge = judge
         self.cap_usd = cap_usd
         self.window = window
@@ -145,22 +137,15 @@ class SpendCap:
         self._on_refused = on_refused
         self._sleep = sleep
         self._logged = False
-        # The tasks waiting for room, so a stop can cancel them (their evaluations are then
-        # left uncommitted and redelivered) rather than wait out the window.
-        self._waiters: dict[asyncio.Task[object], Hashable | None] = {}
-        # Likewise the tasks in other waits of the judge's (the rate-limit pause): not
-        # waiting for room, so not in the gauge.
-        self._held: dict[asyncio.Task[object], Hashable | None] = {}
-        self._stopping = False
-        # The scopes already given up: an evaluation of a revoked partition that reaches
-        # the cap later must not wait the window out for work now someone else's. Weak, so
-        # a scope is forgotten once nothing of it runs any more.
-        self._stopped: weakref.WeakSet[Hashable] = weakref.WeakSet()
+        #: Where a wait for room is held, so a stop can cancel it (its evaluation is then
+        #: left uncommitted and redelivered) rather than wait out the window.
+        self.waits = waits if waits is not None else StoppableWaits()
+        self._waiting = 0
 
     @property
     def waiting(self) -> int:
         """Requests waiting for the window to have room (the gauge)."""
-        return len(self._waiters)
+        return self._waiting
 
     def add(self, usd: float) -> None:
         """Count ``usd`` spent now."""
@@ -202,65 +187,27 @@ class SpendCap:
             asyncio.CancelledError: the worker is stopping, or this wait's scope was given
                 up (:meth:`stop_waiting`).
         """
-        with self._stoppable_wait(self._waiters):
-            self._on_refused()
-            while self.cap_usd is not None and (spent := self.window.total()) >= self.cap_usd:
-                release = self.window.seconds_until_release()
-                if not self._logged:
-                    self._logged = True
-                    _log.warning("judge_spend_cap_waiting", judge=self.judge,
-                                 cap_usd=self.cap_usd, spent_usd=round(spent, 6),
-                                 release_in_s=round(release, 1))
-                await self._sleep(max(release, _MIN_RECHECK_S))
+        with self.waits.holding():
+            self._waiting += 1
+            try:
+                await self._wait_for_room()
+            finally:
+                self._waiting -= 1
 
-    async def stoppable(self, wait: Callable[[], Awaitable[_T]]) -> _T:
-        """Await ``wait()``, a wait of the judge's other than for room (the judge-wide
-        pause after rate limiting), so that :meth:`stop_waiting` cancels it like a wait for
-        room, and refuses it at once under the same conditions.
-
-        Raises:
-            asyncio.CancelledError: the worker is stopping, or this wait's scope was given
-                up (:meth:`stop_waiting`).
-        """
-        with self._stoppable_wait(self._held):
-            return await wait()
-
-    @contextlib.contextmanager
-    def _stoppable_wait(self, waits: dict[asyncio.Task[object], Hashable | None],
-                        ) -> Iterator[None]:
-        """Hold the current task in ``waits`` (with its :data:`WAIT_SCOPE`) for the block,
-        so that :meth:`stop_waiting` can cancel it; refuse at once (CancelledError) when
-        stopping or when that scope was already given up."""
-        task = asyncio.current_task()
-        scope = WAIT_SCOPE.get()
-        if self._stopping or task is None or self._given_up(scope):
-            raise asyncio.CancelledError
-        waits[task] = scope
-        try:
-            yield
-        finally:
-            waits.pop(task, None)
+    async def _wait_for_room(self) -> None:
+        self._on_refused()
+        while self.cap_usd is not None and (spent := self.window.total()) >= self.cap_usd:
+            release = self.window.seconds_until_release()
+            if not self._logged:
+                self._logged = True
+                _log.warning("judge_spend_cap_waiting", judge=self.judge,
+                             cap_usd=self.cap_usd, spent_usd=round(spent, 6),
+                             release_in_s=round(release, 1))
+            await self._sleep(max(release, _MIN_RECHECK_S))
 
     def stop_waiting(self, scopes: Collection[Hashable] | None = None) -> None:
-        """Cancel the requests waiting for room: the worker is stopping (``scopes`` None:
-        every wait, and any that would start), or giving up the partitions ``scopes`` names
-        (the waits whose :data:`WAIT_SCOPE` is one of them, and any that would start in
-        them: a scope names one assignment, never assigned again). Their evaluations are
-        redelivered rather than waited for; nothing of them was sent.
-
-        Only scopes that can be weakly referenced are remembered for later waits (held
-        weakly, so memory stays bounded); others (e.g. a bare partition, which may be
-        assigned again) cancel only the waits already started."""
-        if scopes is None:
-            self._stopping = True
-        else:
-            for scope in scopes:
-                with contextlib.suppress(TypeError):
-                    self._stopped.add(scope)
-        for task, scope in [*self._waiters.items(), *self._held.items()]:
-            if scopes is None or scope in scopes:
-                task.cancel()
-
-    def _given_up(self, scope: Hashable | None) -> bool:
-        # A WeakSet answers False for what cannot be weakly referenced (never remembered).
-        return scope is not None and scope in self._stopped
+        """Cancel the requests waiting (for room, and the judge's other waits held in
+        :attr:`waits`): all, and any that would start (``scopes`` None: the worker is
+        stopping), or those of the partitions ``scopes`` names (see
+        ``StoppableWaits.stop``). Their evaluations are redelivered rather than waited for."""
+        self.waits.stop(scopes)
