@@ -544,7 +544,9 @@ async def test_a_429_is_retried_until_the_deadline_by_default() -> None:
     assert isinstance(outcome, JudgeUnavailableError), outcome
     assert "HTTP 429" in str(outcome)
     assert server.rate_limited > 2
-    assert server.sent == server.rate_limited  # each one sent was answered with the 429
+    # Each one sent was answered with the 429, and counted, but the last when the deadline
+    # ends it on the wire: sent, not yet counted.
+    assert server.rate_limited <= server.sent <= server.rate_limited + 1
     check_outcome(case, outcome, took, server)
 
 
