@@ -22,6 +22,7 @@ from evalstream.app.offline_report import (
 )
 from evalstream.app.pipeline import Pipeline
 from evalstream.config import EvaluatorSpec, InputTopic, Route, Settings
+from evalstream.drift.stats import wilson_interval
 from evalstream.errors import ConfigError
 from evalstream.events import EvalResult, load_json
 from evalstream.judges.base import Judgement, JudgeRequest
@@ -427,3 +428,36 @@ def test_main_lists_the_first_bad_lines_and_counts_the_rest(
     assert captured.err.count("not valid JSON") == offline.SHOWN_BAD_LINES
     assert "skipped 3 more bad lines" in captured.err
     assert f"1 items, 0 without results, {bad} bad input lines skipped" in captured.out
+
+
+async def test_the_pass_rate_weights_strata_sampled_at_different_rates(tmp_path: Path) -> None:
+    # One (route, evaluator) holds results of two strata: every `refusal` item (rate 1, all
+    # failing) and about half the `toxicity` items (rate 0.5, all passing). Each of those
+    # stands for two events, so the pass rate is the weighted share, as the worker's
+    # (checked: without the weighting it printed the plain share of the results).
+    settings = Settings(routes=[Route(
+        name="all", strata={"by": "app", "rates": {"toxicity": 0.5}},
+        evaluators=[EvaluatorSpec(evaluator="refusal")])])
+    judge = ScriptedJudge({"refusal": lambda r: {"yes": 0.9} if "No" in (r.field("output") or "")
+                           else {"no": 0.9, "yes": 0.1}})
+    rows = [evaldata(i, "refusal", False, input="q", output="No.") for i in range(40)]
+    rows += [evaldata(100 + i, "toxicity", 1, input="q", output="Sure.") for i in range(40)]
+    items = list(read_items([write(tmp_path / "r.jsonl", rows)]))
+    sink = (tmp_path / "out.jsonl").open("wb")
+    summary = await offline.run(settings, items, topic="t", sink=sink,
+                                judges={"builtin": judge})
+    sink.close()
+    results = [EvalResult.model_validate(load_json(x))
+               for x in (tmp_path / "out.jsonl").read_bytes().splitlines()]
+    halves = [r for r in results if r.sample_rate == 0.5]
+    assert 0 < len(halves) < 40
+    assert all(r.passed for r in halves)
+    assert sum(1 for r in results if r.sample_rate == 1.0 and not r.passed) == 40
+    weighted = 2 * len(halves) / (40 + 2 * len(halves))
+    rate, bounds = summary.by_key[("all", "refusal")].row()["pass rate (95% CI)"].split(" ", 1)
+    assert float(rate) == pytest.approx(weighted, abs=1e-3)
+    assert float(rate) != pytest.approx(len(halves) / len(results), abs=1e-3)
+    # The interval is on the effective sample size (Kish), below the results' count.
+    n_eff = (40 + 2 * len(halves)) ** 2 / (40 + 4 * len(halves))
+    low, high = wilson_interval(weighted, n_eff)
+    assert bounds == f"[{low:.3f}, {high:.3f}]"

@@ -1,4 +1,5 @@
-"""The summary of an offline run: pass rates with Wilson intervals, and agreement with gold.
+"""The summary of an offline run: pass rates (weighted by 1/sample_rate) with Wilson intervals,
+and agreement with gold.
 
 Pure: it accumulates results (and gold labels where the input carried them) per
 (route, evaluator) and renders a table. For binary evaluators the gold label is "passed"
@@ -64,6 +65,15 @@ class EvaluatorSummary:
     graded: int = 0
     score_sum: float = 0.0
     scored: int = 0
+    #: The graded results weighted by 1/sample_rate (sum of weights, of squared weights,
+    #: of passing weights), and the scored ones (weights, weighted scores): a route's
+    #: ``strata`` mix results sampled at different rates in one (route, evaluator), and
+    #: the share of the results alone over-represents the strata sampled most.
+    weight: float = 0.0
+    weight2: float = 0.0
+    weight_passed: float = 0.0
+    score_weight: float = 0.0
+    score_weighted: float = 0.0
     #: Per gold-labelled item: gold and predicted label, Brier term, confidence in the
     #: prediction (for calibration) and whether it was right.
     gold: list[str] = field(default_factory=list)
@@ -78,12 +88,18 @@ class EvaluatorSummary:
             self.errors += 1
             return
         self.n += 1
+        weight = 1.0 / result.sample_rate
         if result.passed is not None:
             self.graded += 1
             self.passed += int(result.passed)
+            self.weight += weight
+            self.weight2 += weight * weight
+            self.weight_passed += weight * result.passed
         if result.score is not None:
             self.scored += 1
             self.score_sum += result.score
+            self.score_weight += weight
+            self.score_weighted += weight * result.score
         comparison = compare(result, gold) if gold is not None else None
         if comparison is not None:
             self.gold.append(comparison.gold)
@@ -98,11 +114,14 @@ class EvaluatorSummary:
                "errors": str(self.errors), "pass rate (95% CI)": "-", "mean score": "-",
                "gold n": "-", "accuracy": "-", "macro-F1": "-", "Brier": "-", "ECE": "-"}
         if self.graded:
-            rate = self.passed / self.graded
-            low, high = wilson_interval(rate, self.graded)
+            # Weighted as the worker's live pass rates (drift/stats.py): unbiased over
+            # strata sampled at different rates, the interval on Kish's effective sample
+            # size. With one rate, the plain share over ``graded`` results.
+            rate = self.weight_passed / self.weight
+            low, high = wilson_interval(rate, self.weight * self.weight / self.weight2)
             row["pass rate (95% CI)"] = f"{rate:.3f} [{low:.3f}, {high:.3f}]"
         if self.scored:
-            row["mean score"] = f"{self.score_sum / self.scored:.3f}"
+            row["mean score"] = f"{self.score_weighted / self.score_weight:.3f}"
         if self.gold:
             k = len(self.gold)
             row.update({
