@@ -79,6 +79,22 @@ def test_a_session_route_needs_session_sampling_when_any_stratum_is_below_1(
     settings(routes=[partial], sampling={"key": "session_id"})
 
 
+async def test_a_session_route_may_turn_a_stratum_off_on_any_sampling_key() -> None:
+    # A stratum at 0 leaves every event of its conversations out, so each session stays
+    # whole: turning one tenant off must not need sampling.key: session_id (which resamples
+    # every other route). It was refused as "below a sampling rate of 1" (checked: this
+    # test fails without the fix). A rate strictly between 0 and 1 is still refused.
+    convo = route({"by": "tenant", "rates": {"paused": 0.0}}, sample_rate=1.0,
+                  session={"gap_s": 5})
+    convo["evaluators"] = convo["evaluators"][:1]
+    pipeline, _ = make(convo)
+    assert pipeline.plan(ev(1, tenant="paused"), "traces") == []
+    assert [p.bound.label for p in pipeline.plan(ev(2, tenant="acme"), "traces")] == ["cheap"]
+    with pytest.raises(ConfigError, match=r"routes\[0\] \(support\)\.session: .* needs "
+                                          r"sampling\.key: session_id"):
+        settings(routes=[convo], sampling={"rate": 0.5})
+
+
 # --- Decisions: one fraction, a threshold per stratum --------------------------------------
 
 async def test_each_stratum_is_sampled_at_its_own_nested_rate() -> None:

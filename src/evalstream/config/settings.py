@@ -265,15 +265,15 @@ class Settings(BaseSettings):
         # Every event of a session must be in or out together: sampled on another key, a
         # window would hold a random share of each conversation and judge it as the whole.
         # At rate 1 on every level nothing is sampled out, whatever the key: allowed (a
-        # lower rate later is refused then, with this message).
+        # lower rate later is refused then, with this message). An effective rate of 0
+        # (a stratum, or an evaluator, turned off) leaves every event out: whole too.
         if self.sampling.key == "session_id":
             return self
         for ri, route in enumerate(self.routes):
             if route.session is None:
                 continue
-            whole = (self.sampling.rate >= 1.0
-                     and all(rate >= 1.0 for rate in route.sample_rates())
-                     and all(e.sample_rate >= 1.0 for e in route.evaluators))
+            whole = all(self.sampling.rate * rate * e.sample_rate in (0.0, 1.0)
+                        for rate in route.sample_rates() for e in route.evaluators)
             if not whole:
                 raise ValueError(
                     f"routes[{ri}] ({route.name}).session: a session window below a "
