@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client import CollectorRegistry
 
 from evalstream.app.checks import check_fields_provided, config_warnings
@@ -64,6 +65,23 @@ def test_bad_strata_are_refused_naming_the_field(strata: dict[str, Any], needle:
     with pytest.raises(ConfigError) as info:
         settings(routes=[route(strata)])
     assert needle in str(info.value)
+
+
+@pytest.mark.parametrize(("key", "kind"), [(42, "a number"), (True, "a boolean"),
+                                           (None, "null")])
+def test_a_stratum_value_yaml_reads_as_no_text_says_to_quote_it(tmp_path: Path, key: object,
+                                                                 kind: str) -> None:
+    # A numeric tenant id (or yes/true, ~) is no text in YAML: the plain pydantic message
+    # ("Input should be a valid string" at rates.1.[key], True shown as 1) hid why
+    # (checked: this test fails without the validator that says it).
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"routes": [route({"by": "tenant", "rates": {key: 0.5}})]}),
+                      encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_settings(config)
+    assert "routes.0.strata.rates:" in str(info.value)
+    assert f"key {key!r} reads as {kind} in YAML" in str(info.value)
+    assert 'quote each as written, e.g. "42": 0.5' in str(info.value)
 
 
 def test_a_session_route_needs_session_sampling_when_any_stratum_is_below_1(

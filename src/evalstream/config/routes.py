@@ -157,6 +157,24 @@ class Strata(Section):
     rates: dict[str, Annotated[float, Field(ge=0.0, le=1.0)]] = Field(min_length=1,
                                                                        max_length=10_000)
 
+    @field_validator("rates", mode="before")
+    @classmethod
+    def _text_values(cls, value: object) -> object:
+        # YAML reads `rates: {42: 0.5}` (a numeric tenant id) with an int key, `yes`/`true`
+        # with a bool one; pydantic's "Input should be a valid string" at `rates.1.[key]`
+        # (True shows as 1) hid why. Stratum values are compared with the event's text.
+        if isinstance(value, dict):
+            for key in value:
+                if not isinstance(key, str):
+                    kind = ("a boolean" if isinstance(key, bool) else "null" if key is None
+                            else "a number" if isinstance(key, int | float)
+                            else type(key).__name__)
+                    raise ValueError(f"key {key!r} reads as {kind} in YAML, not text: "
+                                     f"stratum values are compared with the event's text, "
+                                     f"so quote each as written, e.g. \"42\": 0.5 or "
+                                     f"\"true\": 1.0")
+        return value
+
 
 class Route(Section):
     """A named rule: matching events, sampled at ``sample_rate``, go to ``evaluators``."""
