@@ -273,6 +273,28 @@ def test_strata_by_a_topic_the_route_does_not_read_are_said() -> None:
     assert "['audit'] is no topic the route reads (its inputs: ['traces'])" in said
 
 
+def test_strata_values_the_routes_match_refuses_are_said() -> None:
+    # As a topic the route does not read: an app (or attribute value) its match refuses
+    # never reaches it, so that stratum's rate is never applied, silently until this
+    # warning (checked: no warning without it).
+    [said] = warnings_for(route({"by": "app", "rates": {"chat": 1.0, "caht": 0.5}},
+                                match={"app": ["chat", "search"]}))
+    assert said == ("routes[0] (support).strata.rates: ['caht'] is no value the route's "
+                    "match.app accepts (['chat', 'search']): never applied")
+    [said] = warnings_for(route({"by": "tenant", "rates": {"acme": 1.0, "globex": 0.5}},
+                                match={"attributes": {"tenant": "acme"}}))
+    assert said == ("routes[0] (support).strata.rates: ['globex'] is no value the route's "
+                    "match.attributes.tenant accepts (['acme']): never applied")
+    # Values the match accepts, any value ("*"), or no condition on it: nothing to say.
+    for match in ({"app": ["chat", "caht"]}, {"attributes": {"app": "*"}}, {}):
+        assert warnings_for(route({"by": "app", "rates": {"chat": 1.0, "caht": 0.5}},
+                                  match=match)) == []
+    assert warnings_for(route({"by": "tenant", "rates": {"acme": 1.0, "b": 0.5}},
+                              match={"attributes": {"tenant": ["acme", "b"]}})) == []
+    assert warnings_for(route({"by": "tenant", "rates": {"acme": 1.0, "b": 0.5}},
+                              match={"attributes": {"tenant": "*"}})) == []
+
+
 def test_a_route_at_0_with_a_live_stratum_is_not_off() -> None:
     first = {**route({"by": "tenant", "rates": {"a": 0.5}}, sample_rate=0.0),
              "match": {"app": ["x"]}}

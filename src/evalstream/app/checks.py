@@ -216,6 +216,20 @@ def config_warnings(settings: Settings, pipeline: Pipeline) -> list[str]:
             if idle:
                 found.append(f"routes[{ri}] ({route.name}).strata.rates: {idle} is no topic "
                              f"the route reads (its inputs: {sorted(read)}): never applied")
+        elif strata is not None:
+            # Likewise a value the route's own match refuses (match.app, or the attribute's
+            # accepted values): its events never reach the route, so its rate never applies.
+            match = route.match
+            where, accepted = (("match.app", match.app) if strata.by == "app" else
+                               (f"match.attributes.{strata.by}",
+                                match.attributes.get(strata.by)))
+            if isinstance(accepted, str):
+                accepted = None if accepted == "*" else [accepted]
+            idle = sorted(set(strata.rates) - set(accepted)) if accepted is not None else []
+            if idle:
+                found.append(f"routes[{ri}] ({route.name}).strata.rates: {idle} is no value "
+                             f"the route's {where} accepts ({sorted(accepted or ())}): never "
+                             f"applied")
     used = {spec.judge for route in routes for spec in route.evaluators}
     pending = list(used)
     while pending:  # the steps of the cascades in use (a step may be a cascade itself)
