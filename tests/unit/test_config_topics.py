@@ -70,7 +70,7 @@ def test_the_defaults_are_valid_names() -> None:
     assert settings.inputs[0].topic == "llm.traces"
     assert TopicSettings().model_dump() == {
         "results": "evalstream.results", "dead_letter": "evalstream.dlq",
-        "alerts": "evalstream.alerts"}
+        "alerts": "evalstream.alerts", "otel_results": "", "otel_encoding": "otlp_proto"}
 
 
 @pytest.mark.parametrize(("command", "yaml_text", "field"), [

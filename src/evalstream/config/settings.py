@@ -218,7 +218,7 @@ class Settings(BaseSettings):
         # read, dead-lettered again and so on for ever (one bad message made 25 in 10 s),
         # and results or alerts read back as traces are evaluated (or dead-lettered) in turn.
         inputs = {i.topic for i in self.inputs}
-        for field in ("results", "dead_letter", "alerts"):
+        for field in ("results", "dead_letter", "alerts", "otel_results"):
             topic = getattr(self.topics, field)
             if topic in inputs:
                 raise ValueError(f"topics.{field}: {topic!r} is also an input topic (under "
@@ -235,6 +235,7 @@ class Settings(BaseSettings):
         taken = [("topics.results", self.topics.results),
                  ("topics.dead_letter", self.topics.dead_letter),
                  ("topics.alerts", self.topics.alerts),
+                 ("topics.otel_results", self.topics.otel_results),
                  *(("an input topic", i.topic) for i in self.inputs)]
         for field, topic in taken:
             if topic == self.labels.topic:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from evalstream.config.section import Section
 
@@ -97,3 +97,29 @@ class TopicSettings(Section):
     results: TopicName = "evalstream.results"
     dead_letter: TopicName = "evalstream.dlq"
     alerts: TopicName = "evalstream.alerts"
+    #: Off when empty. Every result also written here as an OpenTelemetry event
+    #: (``gen_ai.evaluation.result``, one OTLP log record per message, key = trace_id), for
+    #: an OpenTelemetry Collector's Kafka receiver (``sinks/otel_results.py``).
+    otel_results: str = ""
+    #: How ``otel_results`` is encoded: the Collector Kafka receiver's logs ``encoding``.
+    otel_encoding: Literal["otlp_proto", "otlp_json"] = "otlp_proto"
+
+    @field_validator("otel_results")
+    @classmethod
+    def _otel_topic_name(cls, name: str) -> str:
+        return _kafka_topic_name(name) if name else name
+
+    @model_validator(mode="after")
+    def _otel_results_is_its_own(self) -> TopicSettings:
+        if not self.otel_results:
+            if self.otel_encoding != "otlp_proto":
+                # Accepted and ignored, it would hide that the OTel copy is off.
+                raise ValueError("otel_encoding: set, but otel_results is empty (the OTel "
+                                 "copy of results is off); set otel_results to a topic")
+            return self
+        for field in ("results", "dead_letter", "alerts"):
+            if getattr(self, field) == self.otel_results:
+                # Consumers of either topic would read two shapes of message mixed.
+                raise ValueError(f"otel_results: {self.otel_results!r} is also topics.{field}; "
+                                 f"the OTel copy of results needs a topic of its own")
+        return self
