@@ -1,4 +1,5 @@
-"""The Kafka sink: one producer for results, dead letters and alerts.
+"""The Kafka sink: one producer for results, dead letters and alerts (and, when
+``topics.otel_results`` is set, each result again as an OpenTelemetry event).
 
 Every publish awaits the broker's acknowledgement (acks=all) before returning, so the
 worker only commits offsets for work that is durable. The idempotent producer stays off:
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -30,6 +32,7 @@ from evalstream.errors import OutputRejectedError, OutputTopicMissingError, Sink
 from evalstream.events import Alert, EvalResult, Record, dump_json
 from evalstream.logging import get_logger
 from evalstream.sinks.headers import DLQ_TRUNCATED, dead_letter_headers, result_headers
+from evalstream.sinks.otel_results import otel_result
 
 __all__ = ["KafkaSink", "result_record_bytes"]
 
@@ -101,6 +104,13 @@ class KafkaSink:
         self._result_headers: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
         #: When publishing started failing with retriable errors (None: it works).
         self._outage_since: float | None = None
+        #: The OTel copy's scope version (evalstream's), looked up once and only when on.
+        self._version = ""
+        if topics.otel_results:
+            # Here, not at import: the version lookup (importlib.metadata) costs a start-up
+            # that does not write OTel events nothing.
+            from evalstream import __version__
+            self._version = __version__
 
     def client(self) -> AIOKafkaProducer:
         """The producer, built but not started (call from a running event loop).
@@ -147,6 +157,8 @@ class KafkaSink:
         # at the first result, or first bad message, as a 40 s wait and a crash; a missing
         # alerts topic at the first drift alert, hours or days into the run.
         needed = [self._topics.results, self._topics.dead_letter]
+        if self._topics.otel_results:
+            needed.append(self._topics.otel_results)
         if self._alerts:
             needed.append(self._topics.alerts)
         for topic in needed:
@@ -221,13 +233,26 @@ class KafkaSink:
             raise SinkError(f"publish to {topic} failed: {type(exc).__name__}: {exc}") from exc
 
     async def publish_result(self, result: EvalResult) -> None:
-        """Publish one result; returns once acknowledged."""
+        """Publish one result; returns once acknowledged (with ``topics.otel_results`` set:
+        once both the result and its OTel event are)."""
         names = (result.route, result.evaluator)
         headers = self._result_headers.get(names)
         if headers is None:
             headers = self._result_headers[names] = result_headers(*names)
-        await self._send(self._topics.results, dump_json(result), result.trace_id.encode(),
-                         headers)
+        key = result.trace_id.encode()
+        topics = self._topics
+        if not topics.otel_results:
+            await self._send(topics.results, dump_json(result), key, headers)
+            return
+        # Both built before either is sent: a result that cannot be encoded publishes neither.
+        value = dump_json(result)
+        event = otel_result(result, service_name=self._settings.client_id,
+                            scope_version=self._version, encoding=topics.otel_encoding,
+                            observed_ns=time.time_ns())
+        # Both in flight at once (one wait for acks, not two in a row); the offset is
+        # committed only once both are durable. The same key: the same partitioning.
+        await asyncio.gather(self._send(topics.results, value, key, headers),
+                             self._send(topics.otel_results, event, key, []))
 
     async def publish_dead_letter(self, record: Record, reason: str, error: str) -> None:
         """Publish the original bytes with the reason; returns once acknowledged.

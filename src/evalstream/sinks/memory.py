@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from evalstream.errors import SinkError
 from evalstream.events import Alert, EvalResult, Record, dump_json
+from evalstream.sinks.otel_results import OtelEncoding, otel_result
 
 __all__ = ["DeadLetter", "MemorySink"]
 
@@ -24,10 +26,15 @@ class MemorySink:
 
     Args:
         fail: When True, every publish raises ``SinkError`` (a broker that is down for good).
+        otel_encoding: When set, each result is also kept in ``otel_results`` as the
+            OpenTelemetry event the Kafka sink writes to ``topics.otel_results``.
     """
 
-    def __init__(self, *, fail: bool = False) -> None:
+    def __init__(self, *, fail: bool = False, otel_encoding: OtelEncoding | None = None) -> None:
         self.results: list[EvalResult] = []
+        #: The OTel copies (message values, ``service.name`` ``evalstream``), in order.
+        self.otel_results: list[bytes] = []
+        self._otel_encoding = otel_encoding
         self.dead_letters: list[DeadLetter] = []
         self.alerts: list[tuple[str, Alert]] = []
         self.fail = fail
@@ -43,8 +50,13 @@ class MemorySink:
         """Keep ``result``, once its JSON is built as the Kafka sink builds it (so a result
         that could not be published fails here too)."""
         dump_json(result)
+        event = None if self._otel_encoding is None else otel_result(
+            result, service_name="evalstream", scope_version="test",
+            encoding=self._otel_encoding, observed_ns=time.time_ns())
         await self._ack()
         self.results.append(result)
+        if event is not None:
+            self.otel_results.append(event)
 
     async def publish_dead_letter(self, record: Record, reason: str, error: str) -> None:
         """Keep the dead letter."""

@@ -1,0 +1,239 @@
+"""The OpenTelemetry copy of results (``topics.otel_results``): each result as one OTLP log
+record, the event ``gen_ai.evaluation.result``, in both Collector encodings; and its config."""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from google.protobuf import json_format
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+
+from evalstream.config import load_settings
+from evalstream.errors import ConfigError
+from evalstream.events import EvalResult, JudgeInfo, load_json
+from evalstream.sinks.memory import MemorySink
+from evalstream.sinks.otel_results import error_type, otel_result
+
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+SPAN = "b7ad6b7169203331"
+AT = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
+OBSERVED = 1_796_040_000_987_654_321
+
+
+def _result(**fields: Any) -> EvalResult:
+    base: dict[str, Any] = {
+        "result_id": "r" * 32, "event_id": f"{TRACE}-{SPAN}", "trace_id": TRACE,
+        "span_id": SPAN, "route": "support", "evaluator": "refusal-strict",
+        "evaluator_version": "2+1", "score": 0.25, "label": "refusal", "passed": False,
+        "threshold": 0.5, "reason": "declined the request", "sample_rate": 0.1,
+        "attributes": {"response_id": "chatcmpl-42", "model": "gpt-4o-mini"},
+        "judge": JudgeInfo(backend="openai", model="gpt-4o-mini"), "evaluated_at": AT} | fields
+    return EvalResult.model_validate(base)
+
+
+def _proto(result: EvalResult) -> ExportLogsServiceRequest:
+    value = otel_result(result, service_name="evalstream-prod", scope_version="1.2.3",
+                        observed_ns=OBSERVED)
+    return ExportLogsServiceRequest.FromString(value)
+
+
+def _record(request: ExportLogsServiceRequest) -> LogRecord:
+    (resource_logs,) = request.resource_logs
+    (scope_logs,) = resource_logs.scope_logs
+    (record,) = scope_logs.log_records
+    return record
+
+
+def _attributes(record: LogRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kv in record.attributes:
+        kind = kv.value.WhichOneof("value")
+        assert kind is not None
+        assert kv.key not in out, f"{kv.key} twice"
+        out[kv.key] = getattr(kv.value, kind)
+    return out
+
+
+def test_a_result_is_one_gen_ai_evaluation_result_event_parented_to_its_span() -> None:
+    request = _proto(_result())
+    (resource_logs,) = request.resource_logs
+    assert [(a.key, a.value.string_value) for a in resource_logs.resource.attributes] == [
+        ("service.name", "evalstream-prod")]
+    (scope_logs,) = resource_logs.scope_logs
+    assert (scope_logs.scope.name, scope_logs.scope.version) == ("evalstream", "1.2.3")
+    record = _record(request)
+    assert record.event_name == "gen_ai.evaluation.result"
+    assert record.trace_id.hex() == TRACE
+    assert record.span_id.hex() == SPAN
+    assert record.time_unix_nano == 1_796_040_000_123_456_000  # exact, to the microsecond
+    assert record.observed_time_unix_nano == OBSERVED
+    assert not record.HasField("body")
+    assert _attributes(record) == {
+        "gen_ai.evaluation.name": "refusal-strict",
+        "gen_ai.evaluation.score.value": 0.25,
+        "gen_ai.evaluation.score.label": "refusal",
+        "gen_ai.evaluation.explanation": "declined the request",
+        "gen_ai.response.id": "chatcmpl-42",
+        "evalstream.result_id": "r" * 32,
+        "evalstream.route": "support",
+        "evalstream.evaluator_version": "2+1",
+        "evalstream.status": "ok",
+        "evalstream.passed": False,
+        "evalstream.threshold": 0.5,
+        "evalstream.sample_rate": 0.1,
+        "evalstream.canary": False,
+        "evalstream.judge.backend": "openai",
+        "evalstream.judge.model": "gpt-4o-mini",
+    }
+
+
+def test_no_trace_content_and_no_unset_fields() -> None:
+    result = _result(score=None, label=None, passed=None, threshold=None, reason=None,
+                     attributes={"model": "m"}, judge=None,
+                     details={"quote": "the user's secret question"})
+    attributes = _attributes(_record(_proto(result)))
+    assert set(attributes) == {
+        "gen_ai.evaluation.name", "evalstream.result_id", "evalstream.route",
+        "evalstream.evaluator_version", "evalstream.status", "evalstream.sample_rate",
+        "evalstream.canary"}
+    assert b"secret" not in otel_result(result, service_name="s", scope_version="v",
+                                        observed_ns=1)
+
+
+@pytest.mark.parametrize(("trace_id", "span_id", "want_trace", "want_span"), [
+    ("", "", b"", b""),  # a flat_json event without ids
+    ("req-123", "abc", b"", b""),  # an app's own ids, not OTel's
+    (TRACE, "", bytes.fromhex(TRACE), b""),
+    (TRACE, "xyz", bytes.fromhex(TRACE), b""),
+    ("0" * 32, SPAN, b"", b""),  # all zeros is OTLP's "no trace": no span parents it
+    (TRACE.upper(), SPAN.upper(), bytes.fromhex(TRACE), bytes.fromhex(SPAN)),
+])
+def test_ids_are_set_only_when_they_are_otel_ids(trace_id: str, span_id: str,
+                                                 want_trace: bytes, want_span: bytes) -> None:
+    result = _result(trace_id=trace_id, span_id=span_id)
+    record = _record(_proto(result))
+    assert (record.trace_id, record.span_id) == (want_trace, want_span)
+    data = load_json(otel_result(result, service_name="s", scope_version="v",
+                                 encoding="otlp_json", observed_ns=1))
+    log = data["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0]
+    assert log.get("traceId", "") == want_trace.hex()
+    assert log.get("spanId", "") == want_span.hex()
+
+
+def test_an_error_result_carries_a_fixed_error_type_never_its_text() -> None:
+    result = _result(score=None, label=None, passed=None, threshold=None, reason=None,
+                     status="error", error="judge: 400 from the API: 'my card 4111 ...'")
+    attributes = _attributes(_record(_proto(result)))
+    assert attributes["error.type"] == "judge"
+    assert attributes["evalstream.status"] == "error"
+    assert "4111" not in repr(attributes)
+
+
+@pytest.mark.parametrize(("error", "kind"), [
+    ("judge: timed out", "judge"),
+    ("invalid score fields: score", "invalid_score"),
+    ("result rejected: evalstream.results refused a record", "result_rejected"),
+    ("internal error: KeyError", "internal_error"),
+    ("ValueError: the user's text", "ValueError"),
+    ("the user's text: more", "_OTHER"),
+    ("no colon at all", "_OTHER"),
+    (None, "_OTHER"),
+])
+def test_error_type(error: str | None, kind: str) -> None:
+    assert error_type(error) == kind
+
+
+def test_a_canary_says_so() -> None:
+    attributes = _attributes(_record(_proto(_result(canary=True, gold="true", sample_rate=1.0))))
+    assert attributes["evalstream.canary"] is True
+    assert attributes["evalstream.sample_rate"] == 1.0
+
+
+def _from_otlp_json(value: bytes) -> ExportLogsServiceRequest:
+    """Parse OTLP/JSON with protobuf's parser: its ids are hex, protobuf JSON's base64."""
+    data = load_json(value)
+    for resource in data["resourceLogs"]:
+        for scope in resource["scopeLogs"]:
+            for log in scope["logRecords"]:
+                for name in ("traceId", "spanId"):
+                    if name in log:
+                        log[name] = base64.b64encode(bytes.fromhex(log[name])).decode()
+    return json_format.ParseDict(data, ExportLogsServiceRequest())
+
+
+@pytest.mark.parametrize("result", [
+    _result(), _result(trace_id="", span_id=""),
+    _result(score=None, status="error", error="internal error: KeyError", judge=None),
+    _result(canary=True, sample_rate=1.0, score=1.0, label=None, reason="")],
+    ids=["full", "no ids", "error", "canary"])
+def test_otlp_json_is_the_same_message_as_otlp_proto(result: EvalResult) -> None:
+    proto = otel_result(result, service_name="svc", scope_version="9", observed_ns=OBSERVED)
+    text = otel_result(result, service_name="svc", scope_version="9", encoding="otlp_json",
+                       observed_ns=OBSERVED)
+    assert _from_otlp_json(text) == ExportLogsServiceRequest.FromString(proto)
+    # The OTLP/JSON rules: hex ids, lowerCamelCase keys, 64-bit integers as strings.
+    log = load_json(text)["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0]
+    assert log["eventName"] == "gen_ai.evaluation.result"
+    assert log["observedTimeUnixNano"] == str(OBSERVED)
+    if result.trace_id:
+        assert log["traceId"] == TRACE
+
+
+def test_json_format_parse_reads_the_json_too() -> None:
+    # json_format.Parse on the raw text: accepted (hex is valid base64 text), so only the
+    # hex -> bytes conversion above differs from a plain protobuf JSON reader.
+    text = otel_result(_result(), service_name="svc", scope_version="9", encoding="otlp_json",
+                       observed_ns=OBSERVED)
+    parsed = json_format.Parse(text, ExportLogsServiceRequest())
+    assert _record(parsed).event_name == "gen_ai.evaluation.result"
+
+
+async def test_the_memory_sink_keeps_the_otel_copy_of_each_result() -> None:
+    sink = MemorySink(otel_encoding="otlp_proto")
+    ok, failed = _result(), _result(status="error", error="judge: down", score=None)
+    await sink.publish_result(ok)
+    await sink.publish_result(failed)
+    assert [_attributes(_record(ExportLogsServiceRequest.FromString(v)))["evalstream.status"]
+            for v in sink.otel_results] == ["ok", "error"]
+    plain = MemorySink()
+    await plain.publish_result(ok)
+    assert plain.otel_results == []
+
+
+# -- config ---------------------------------------------------------------------------------
+
+def test_off_by_default_and_set_by_topic() -> None:
+    assert load_settings(None).topics.otel_results == ""
+    topics = load_settings(None, topics={"otel_results": "evalstream.otel",
+                                         "otel_encoding": "otlp_json"}).topics
+    assert (topics.otel_results, topics.otel_encoding) == ("evalstream.otel", "otlp_json")
+
+
+@pytest.mark.parametrize(("topics", "inputs", "says"), [
+    ({"otel_results": "evalstream.results"}, None,
+     "otel_results: 'evalstream.results' is also topics.results"),
+    ({"otel_results": "evalstream.dlq"}, None, "is also topics.dead_letter"),
+    ({"otel_results": "evalstream.alerts"}, None, "is also topics.alerts"),
+    ({"otel_results": "llm.traces"}, [{"topic": "llm.traces"}],
+     "topics.otel_results: 'llm.traces' is also an input topic"),
+    ({"otel_results": "otel results"}, None, "topics.otel_results: Value error, not a valid"),
+    ({"otel_encoding": "otlp_json"}, None, "otel_encoding: set, but otel_results is empty"),
+    ({"otel_results": "x", "otel_encoding": "json"}, None, "topics.otel_encoding"),
+])
+def test_config_errors_name_the_field(topics: dict[str, str],
+                                      inputs: list[dict[str, str]] | None, says: str) -> None:
+    extra: dict[str, Any] = {"topics": topics}
+    if inputs is not None:
+        extra["inputs"] = inputs
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, **extra)
+    assert says in str(info.value)
+
+
+def test_the_labels_topic_is_not_the_otel_topic() -> None:
+    with pytest.raises(ConfigError, match=r"labels.topic: 'x.otel' is also topics.otel_results"):
+        load_settings(None, topics={"otel_results": "x.otel"}, labels={"topic": "x.otel"})
