@@ -49,3 +49,17 @@ async def test_a_missing_output_topic_fails_start_naming_it(
     sink = KafkaSink(KafkaSettings(), topics)
     await sink.start()
     await sink.stop()
+
+
+async def test_the_otel_results_topic_is_checked_when_set(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sink_module, "AIOKafkaProducer", _Producer)
+    _Producer.existing = frozenset({"res", "dlq"})
+    topics = TopicSettings(results="res", dead_letter="dlq", otel_results="otel")
+    with pytest.raises(SinkError, match=r"output topic 'otel' is not available"):
+        await KafkaSink(KafkaSettings(), topics).start()
+
+    _Producer.existing = frozenset({"res", "dlq", "otel"})
+    sink = KafkaSink(KafkaSettings(), topics)
+    await sink.start()
+    await sink.stop()

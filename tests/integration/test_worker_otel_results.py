@@ -1,0 +1,104 @@
+"""``topics.otel_results``: the worker writes every result a second time as an OTLP log
+record (``gen_ai.evaluation.result``) that an OpenTelemetry Collector's Kafka receiver can
+read; one record per result, parented to the evaluated span, keyed and partitioned like the
+result, written before the input offsets are committed. Real broker, builtin judge."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from prometheus_client import CollectorRegistry
+
+from evalstream.app.worker import Worker
+from evalstream.config import load_settings
+from evalstream.events import dump_json, load_json
+from tests.integration.workerkit import (
+    Topics,
+    config_dict,
+    event_json,
+    running,
+    wait_committed_total,
+)
+from tests.support.broker import Broker
+from tests.support.kafka import create_topics, produce, read_all, unique
+
+pytestmark = pytest.mark.integration
+
+EVENTS = 8
+PARTITIONS = 2
+
+
+def _event(i: int) -> bytes:
+    """Event ``i`` with OTel ids and a response id; event 0 with an app's own trace id."""
+    if i == 0:
+        return event_json(0)
+    return dump_json({"event_id": f"e{i}", "trace_id": f"{i:032x}", "span_id": f"{i:016x}",
+                      "input": f"How do I reset my password? ({i})",
+                      "output": ("I'm sorry, but I can't help with that request." if i % 2
+                                 else f"Sure. Step {i}: open Settings, choose Reset."),
+                      "attributes": {"response_id": f"chatcmpl-{i}"}})
+
+
+def _attributes(request: ExportLogsServiceRequest) -> tuple[Any, dict[str, Any]]:
+    (resource_logs,) = request.resource_logs
+    (scope_logs,) = resource_logs.scope_logs
+    (record,) = scope_logs.log_records
+    values = {kv.key: getattr(kv.value, kv.value.WhichOneof("value") or "string_value")
+              for kv in record.attributes}
+    return record, values
+
+
+async def test_each_result_is_also_an_otel_event_on_its_topic(broker: Broker) -> None:
+    topics = Topics.fresh("otel")
+    otel = unique("otel-events")
+    await create_topics(broker.bootstrap, [topics.inputs], partitions=PARTITIONS)
+    await create_topics(broker.bootstrap, [topics.results, otel], partitions=PARTITIONS)
+    await create_topics(broker.bootstrap, [topics.dead_letter, topics.alerts])
+    data = config_dict(broker.bootstrap, topics,
+                       results={"attributes": ["response_id"]},
+                       routes=[{"name": "support", "evaluators": [{"evaluator": "refusal"}]}])
+    data["topics"]["otel_results"] = otel
+    settings = load_settings(None, **data)
+    await produce(broker.bootstrap, topics.inputs, [_event(i) for i in range(EVENTS)],
+                  keys=[str(i).encode() for i in range(EVENTS)])
+
+    async with running(Worker(settings, registry=CollectorRegistry())):
+        # Committed means published: by then both copies of every result are on the broker.
+        await wait_committed_total(broker.bootstrap, topics, PARTITIONS, EVENTS, timeout=60)
+
+    published = await read_all(broker.bootstrap, topics.results, expect=EVENTS, idle=1.0)
+    events = await read_all(broker.bootstrap, otel, expect=EVENTS, idle=1.0)
+    assert len(published) == len(events) == EVENTS
+    by_id: dict[str, tuple[dict[str, Any], Any]] = {}
+    for message in published:
+        result = load_json(message.value)  # type: ignore[attr-defined]
+        by_id[result["result_id"]] = result, message
+    seen = set()
+    for message in events:
+        request = ExportLogsServiceRequest.FromString(message.value)  # type: ignore[attr-defined]
+        record, attributes = _attributes(request)
+        assert record.event_name == "gen_ai.evaluation.result"
+        result, published_as = by_id[attributes["evalstream.result_id"]]
+        seen.add(result["result_id"])
+        # The result's key, so the same partition (both topics have as many).
+        assert message.key == published_as.key == result["trace_id"].encode()  # type: ignore[attr-defined]
+        assert message.partition == published_as.partition  # type: ignore[attr-defined]
+        if result["event_id"] == "e0":  # "trace-0" is no OTel id: nothing to parent to
+            assert (record.trace_id, record.span_id) == (b"", b"")
+            assert "gen_ai.response.id" not in attributes
+        else:
+            assert record.trace_id.hex() == result["trace_id"]
+            assert record.span_id.hex() == result["span_id"]
+            assert attributes["gen_ai.response.id"] == result["attributes"]["response_id"]
+        assert attributes["gen_ai.evaluation.name"] == result["evaluator"] == "refusal"
+        assert attributes["gen_ai.evaluation.score.value"] == result["score"]
+        assert attributes["evalstream.passed"] == result["passed"]
+        assert attributes["evalstream.route"] == "support"
+        resource = request.resource_logs[0].resource
+        assert [(a.key, a.value.string_value) for a in resource.attributes] == [
+            ("service.name", settings.kafka.client_id)]
+    assert seen == set(by_id)  # one event per result, none twice
+    # Both outcomes were exercised (odd events are refusals).
+    assert {r["passed"] for r, _ in by_id.values()} == {True, False}
