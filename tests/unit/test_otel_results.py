@@ -110,6 +110,8 @@ def test_no_trace_content_and_no_unset_fields() -> None:
     (TRACE, "", bytes.fromhex(TRACE), b""),
     (TRACE, "xyz", bytes.fromhex(TRACE), b""),
     ("0" * 32, SPAN, b"", b""),  # all zeros is OTLP's "no trace": no span parents it
+    (TRACE[:14] + "  " + TRACE[16:], SPAN, b"", b""),  # right length, but not all hex
+    (TRACE, SPAN[:7] + "g" + SPAN[8:], bytes.fromhex(TRACE), b""),
     (TRACE.upper(), SPAN.upper(), bytes.fromhex(TRACE), bytes.fromhex(SPAN)),
 ])
 def test_ids_are_set_only_when_they_are_otel_ids(trace_id: str, span_id: str,
