@@ -3,18 +3,21 @@ record, the event ``gen_ai.evaluation.result``, in both Collector encodings; and
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from aiokafka.errors import TopicAuthorizationFailedError
 from google.protobuf import json_format
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
-from evalstream.config import load_settings
-from evalstream.errors import ConfigError
+from evalstream.config import KafkaSettings, TopicSettings, load_settings
+from evalstream.errors import ConfigError, SinkError
 from evalstream.events import EvalResult, JudgeInfo, load_json
+from evalstream.sinks.kafka import KafkaSink
 from evalstream.sinks.memory import MemorySink
 from evalstream.sinks.otel_results import error_type, otel_result
 
@@ -239,3 +242,60 @@ def test_config_errors_name_the_field(topics: dict[str, str],
 def test_the_labels_topic_is_not_the_otel_topic() -> None:
     with pytest.raises(ConfigError, match=r"labels.topic: 'x.otel' is also topics.otel_results"):
         load_settings(None, topics={"otel_results": "x.otel"}, labels={"topic": "x.otel"})
+
+
+# -- the Kafka sink: durable only once both are acknowledged ---------------------------------
+
+class _Producer:
+    """Records sends; acks per topic are futures the test resolves (``held``) or fails."""
+
+    def __init__(self, *, held: frozenset[str] = frozenset(),
+                 fail: dict[str, Exception] | None = None) -> None:
+        self.sent: list[tuple[str, bytes | None, bytes]] = []
+        self.acks: dict[str, asyncio.Future[None]] = {}
+        self._held, self._fail = held, fail or {}
+
+    async def send(self, topic: str, *, value: bytes, key: bytes | None,
+                   headers: Any) -> asyncio.Future[None]:
+        self.sent.append((topic, key, value))
+        ack: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if topic in self._fail:
+            ack.set_exception(self._fail[topic])
+        elif topic not in self._held:
+            ack.set_result(None)
+        self.acks[topic] = ack
+        return ack
+
+
+def _kafka_sink(producer: _Producer, **topics: str) -> KafkaSink:
+    sink = KafkaSink(KafkaSettings(client_id="evalstream-eu"),
+                     TopicSettings(results="res", dead_letter="dlq", **topics))
+    sink._producer = producer  # type: ignore[assignment]
+    return sink
+
+
+async def test_the_kafka_sink_returns_only_once_both_writes_are_acknowledged() -> None:
+    producer = _Producer(held=frozenset({"otel"}))
+    publish = asyncio.create_task(
+        _kafka_sink(producer, otel_results="otel").publish_result(_result()))
+    for _ in range(20):  # both sends, and the result's ack, without the OTel ack
+        await asyncio.sleep(0)
+    assert [topic for topic, _, _ in producer.sent] == ["res", "otel"]
+    assert producer.acks["res"].done()
+    assert not publish.done()  # the OTel write is not durable yet
+    producer.acks["otel"].set_result(None)
+    await asyncio.wait_for(publish, 1)
+    (_, res_key, _), (topic, key, value) = producer.sent
+    assert (topic, key) == ("otel", res_key) == ("otel", TRACE.encode())
+    request = ExportLogsServiceRequest.FromString(value)
+    assert request.resource_logs[0].resource.attributes[0].value.string_value == "evalstream-eu"
+    assert _record(request).trace_id.hex() == TRACE
+
+
+async def test_a_refused_otel_write_fails_the_publish_and_off_means_one_write() -> None:
+    producer = _Producer(fail={"otel": TopicAuthorizationFailedError()})
+    with pytest.raises(SinkError, match="publish to otel failed: TopicAuthorizationFailed"):
+        await _kafka_sink(producer, otel_results="otel").publish_result(_result())
+    producer = _Producer()
+    await _kafka_sink(producer).publish_result(_result())
+    assert [topic for topic, _, _ in producer.sent] == ["res"]
