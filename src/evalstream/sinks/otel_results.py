@@ -38,7 +38,7 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from evalstream.events import EvalResult, dump_json
 
-__all__ = ["EVENT_NAME", "OtelEncoding", "error_type", "otel_result", "otel_result_record"]
+__all__ = ["EVENT_NAME", "OtelEncoding", "error_type", "otel_result"]
 
 #: The OpenTelemetry event a result becomes.
 EVENT_NAME = "gen_ai.evaluation.result"
@@ -161,22 +161,6 @@ def _fill(record: LogRecord, result: EvalResult, observed_ns: int) -> None:
         if span_id := _ids(result.span_id, 16):
             record.span_id = span_id
     _add(record, _own(result))
-
-
-def otel_result_record(result: EvalResult, *, observed_ns: int) -> LogRecord:
-    """The log record (the OTel event ``gen_ai.evaluation.result``) of ``result``.
-
-    Args:
-        result: A published result.
-        observed_ns: ``observed_time_unix_nano``: when it was written (ns since the epoch).
-
-    Returns:
-        The record, without resource or scope.
-    """
-    record = LogRecord(event_name=EVENT_NAME)
-    _add(record, _shared(result))
-    _fill(record, result, observed_ns)
-    return record
 
 
 @functools.lru_cache(maxsize=_TEMPLATES)
