@@ -9,13 +9,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from aiokafka.errors import TopicAuthorizationFailedError
+from aiokafka.errors import MessageSizeTooLargeError, TopicAuthorizationFailedError
 from google.protobuf import json_format
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+from structlog.testing import capture_logs
 
 from evalstream.config import KafkaSettings, TopicSettings, load_settings
-from evalstream.errors import ConfigError, SinkError
+from evalstream.errors import ConfigError, OutputRejectedError, SinkError
 from evalstream.events import EvalResult, JudgeInfo, load_json
 from evalstream.sinks.kafka import KafkaSink
 from evalstream.sinks.memory import MemorySink
@@ -299,3 +300,17 @@ async def test_a_refused_otel_write_fails_the_publish_and_off_means_one_write() 
     producer = _Producer()
     await _kafka_sink(producer).publish_result(_result())
     assert [topic for topic, _, _ in producer.sent] == ["res"]
+
+
+async def test_an_otel_copy_refused_for_good_leaves_the_durable_result_published() -> None:
+    # Raising would make the worker publish an error result standing in for a result that
+    # is already on the results topic: two results under one result_id.
+    producer = _Producer(fail={"otel": MessageSizeTooLargeError()})
+    with capture_logs() as logs:
+        await _kafka_sink(producer, otel_results="otel").publish_result(_result())
+    assert [topic for topic, _, _ in producer.sent] == ["res", "otel"]
+    assert [e["event"] for e in logs] == ["otel_result_rejected"]
+    assert logs[0]["result_id"] == _result().result_id
+    producer = _Producer(fail={"res": MessageSizeTooLargeError()})
+    with pytest.raises(OutputRejectedError, match="res refused a record"):
+        await _kafka_sink(producer, otel_results="otel").publish_result(_result())

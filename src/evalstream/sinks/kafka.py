@@ -251,8 +251,19 @@ class KafkaSink:
                             observed_ns=time.time_ns())
         # Both in flight at once (one wait for acks, not two in a row); the offset is
         # committed only once both are durable. The same key: the same partitioning.
-        await asyncio.gather(self._send(topics.results, value, key, headers),
-                             self._send(topics.otel_results, event, key, []))
+        written, copied = await asyncio.gather(
+            self._send(topics.results, value, key, headers),
+            self._send(topics.otel_results, event, key, []), return_exceptions=True)
+        if isinstance(written, BaseException):
+            raise written
+        if isinstance(copied, OutputRejectedError):
+            # The result itself is durable. Raising would have the worker publish an error
+            # result in its place: a second result under the same result_id. The copy is
+            # the one given up (it can never be written), and said.
+            log.error("otel_result_rejected", output_topic=topics.otel_results,
+                      result_id=result.result_id, error=str(copied))
+        elif isinstance(copied, BaseException):
+            raise copied
 
     async def publish_dead_letter(self, record: Record, reason: str, error: str) -> None:
         """Publish the original bytes with the reason; returns once acknowledged.
