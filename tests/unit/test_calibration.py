@@ -13,6 +13,7 @@ from evalstream.app.calibration import (
     Calibration,
     CanaryGold,
     canary_marker,
+    confidence_bin,
     read_gold,
 )
 from evalstream.app.monitor import DriftMonitor
@@ -50,6 +51,7 @@ def test_canary_marker(attributes: dict[str, str], expected: bool | None) -> Non
     ("billing", True, ("billing", "other"), CanaryGold("billing")),
     ("Billing", True, ("billing", "other"), CanaryGold(None, "invalid_gold")),
     ("", True, (), CanaryGold(None, "invalid_gold")),
+    ("x" * 256, True, (), CanaryGold("x" * 256)),
     ("x" * 257, True, (), CanaryGold(None, "invalid_gold")),
     ("anything", True, (), CanaryGold("anything")),
     (None, False, (), CanaryGold(None, "no_gold")),
@@ -65,6 +67,16 @@ def test_gold_text_is_what_results_publish() -> None:
     assert CanaryGold(False).text == "false"
     assert CanaryGold("billing").text == "billing"
     assert CanaryGold(None, "invalid_gold").text is None
+
+
+@pytest.mark.parametrize(("confidence", "label"), [
+    (0.0, "0.0"), (0.05, "0.0"), (0.1, "0.1"), (0.3, "0.3"), (0.7, "0.7"), (0.99, "0.9"),
+    (1.0, "0.9"), (-0.2, "0.0"), (1.5, "0.9"),
+])
+def test_ece_bins_are_ten_equal_widths_labelled_by_their_lower_edge(
+        confidence: float, label: str) -> None:
+    # A bin holds its lower edge; 1.0 (and anything past the ends) falls in an end bin.
+    assert BIN_LABELS[confidence_bin(confidence)] == label
 
 
 # --- live counters against the offline report ------------------------------------------
@@ -137,13 +149,14 @@ def test_outcomes_without_a_comparison() -> None:
                              evaluator="x", label="billing")  # no probabilities
     calibration.record("chat", "x", "builtin", CanaryGold(True), error)
     calibration.record("chat", "x", "builtin", CanaryGold(None, "no_gold"), ok)
+    calibration.record("chat", "x", "builtin", CanaryGold(None), ok)  # no gold, no reason
     calibration.record("chat", "x", "builtin", CanaryGold(None, "invalid_gold"), ok)
     calibration.record("chat", "x", "builtin", CanaryGold("billing"), verdictless)
     calibration.record("chat", "x", "builtin", CanaryGold(True), verdictless)
     labels = {"route": "chat", "evaluator": "x", "judge": "builtin"}
     outcomes = {o: value(registry, "evalstream_canary_evaluations_total", **labels, outcome=o)
                 for o in ("error", "no_gold", "invalid_gold", "unscored", "agreed")}
-    assert outcomes == {"error": 1, "no_gold": 1, "invalid_gold": 1, "unscored": 2,
+    assert outcomes == {"error": 1, "no_gold": 2, "invalid_gold": 1, "unscored": 2,
                         "agreed": 0}
     assert value(registry, "evalstream_canary_brier_total", **labels) == 0
 
@@ -254,6 +267,8 @@ async def test_canaries_are_routed_by_the_route_rules() -> None:
     assert await pipeline.evaluate(unrouted, topic="traces") == []
     assert value(registry, "evalstream_canary_gold_ignored_total", reason="no_route") == 1
     assert value(registry, "evalstream_events_skipped_total", reason="no_route") == 1
+    # One skip per message: an unrouted canary is not also a sampling skip.
+    assert value(registry, "evalstream_events_skipped_total", reason="sampling") == 0
     assert value(registry, "evalstream_canary_evaluations_total", route="billing",
                  evaluator="unit_scripted", judge="builtin", outcome="no_gold") == 1
 
