@@ -120,6 +120,20 @@ def test_a_late_part_abandoned_and_redelivered_is_still_late() -> None:
     assert (closed.window.part, closed.window.late) == (2, True)
 
 
+def test_the_parts_of_up_to_max_open_closed_sessions_are_remembered() -> None:
+    feed, s = Feed(), store(gap_s=10, max_open=2)
+    add(s, feed.member("a1", "a"), 0.0)
+    add(s, feed.member("b1", "b"), 1.0)
+    assert add(s, feed.member("c1", "c"), 2.0) == ["a:capacity"]
+    assert len(s.due(100.0)) == 2
+    # a closed first: past max_open closed sessions it is forgotten (part 1 again); c is
+    # remembered (a late part 2).
+    add(s, feed.member("a2", "a"), 200.0)
+    add(s, feed.member("c2", "c"), 200.0)
+    parts = {c.window.session_id: (c.window.part, c.window.late) for c in s.due(300.0)}
+    assert parts == {"a": (1, False), "c": (2, True)}
+
+
 def test_max_open_closes_the_session_quiet_for_longest_never_drops_it() -> None:
     feed, s = Feed(), store(gap_s=100, max_open=2)
     add(s, feed.member("a1", "a"), 0.0)
@@ -142,6 +156,33 @@ def test_route_bytes_and_session_bytes_are_bounded() -> None:
     # One more would pass the per-session limit: the window closes, the event starts part 2.
     assert add(s, feed.member("e3", size=10), 2.0) == ["s1:bytes"]
     assert s.open_count() == 1
+
+
+def test_byte_bounds_hold_up_to_their_limit_exactly() -> None:
+    # The route's max_bytes is what may be held: reaching it closes nothing, passing it
+    # closes the quietest session.
+    feed, s = Feed(), store(gap_s=100, max_bytes=20)
+    assert add(s, feed.member("a1", "a", size=10), 0.0) == []
+    assert add(s, feed.member("b1", "b", size=10), 1.0) == []
+    assert add(s, feed.member("b2", "b", size=1), 2.0) == ["a:capacity"]
+    assert s.open_count() == 1
+    # Likewise a session holds exactly max_message_bytes; one byte more starts a new part.
+    feed, s = Feed(), store(max_session_bytes=20, gap_s=100)
+    assert add(s, feed.member("e1", size=10), 0.0) == []
+    assert add(s, feed.member("e2", size=10), 1.0) == []
+    assert add(s, feed.member("e3", size=1), 2.0) == ["s1:bytes"]
+
+
+def test_routes_are_windowed_apart_and_the_soonest_deadline_is_next() -> None:
+    feed = Feed()
+    s = SessionStore({"chat": SessionWindow(gap_s=10), "voice": SessionWindow(gap_s=30)},
+                     1_000_000)
+    s.add("voice", "s1", (), feed.member("v1"), 0.0)
+    s.add("chat", "s1", (), feed.member("c1"), 1.0)  # same session id, another route
+    assert (s.open_count("chat"), s.open_count("voice"), s.open_count()) == (1, 1, 2)
+    assert s.next_deadline() == 11.0  # chat's, though voice's window opened first
+    assert [c.window.route for c in s.due(11.0)] == ["chat"]
+    assert s.next_deadline() == 30.0
 
 
 def test_revoke_abandons_only_the_sessions_of_the_revoked_partitions() -> None:
@@ -240,6 +281,33 @@ def test_regenerated_answers_and_trailing_windows_of_history() -> None:
         ("user", "ok"), ("assistant", "bye")]
 
 
+def test_events_without_any_turn_merge_into_an_event_without_turns() -> None:
+    bare = TraceEvent(event_id="e1", session_id="s", attributes={"model": "m"})
+    merged = merge_events("s", [bare, bare.model_copy(update={"event_id": "e2"})])
+    assert (merged.messages, merged.input, merged.output) == ((), None, None)
+    assert merged.attributes == {"model": "m"}
+
+
+def test_the_last_exchange_is_read_from_the_merged_turns() -> None:
+    # Ending on a user turn (a question not answered yet): input is it, output None.
+    asked = TraceEvent(event_id="e2", messages=(msg("user", "hi"), msg("assistant", "hello"),
+                                                msg("user", "and?")))
+    merged = merge_events("s", [TraceEvent(event_id="e1", input="hi", output="hello"), asked])
+    assert (merged.input, merged.output) == ("and?", None)
+    # An answer alone: no input.
+    merged = merge_events("s", [TraceEvent(event_id="e1", output="hello")])
+    assert (merged.input, merged.output) == (None, "hello")
+
+
+def test_members_without_timestamps_keep_the_arrival_order() -> None:
+    # Time order needs every member's time; one missing, arrival order is all there is.
+    late = TraceEvent(event_id="e1", input="q1", output="a1", timestamp=T0 + timedelta(1))
+    unknown = TraceEvent(event_id="e2", input="q2", output="a2")
+    early = TraceEvent(event_id="e3", input="q3", output="a3", timestamp=T0)
+    merged = merge_events("s", [late, unknown, early])
+    assert [c for _, c in turns(merged)] == ["q1", "a1", "q2", "a2", "q3", "a3"]
+
+
 def test_the_merged_id_depends_on_the_session_and_its_members_only() -> None:
     a = TraceEvent(event_id="a", input="x", output="y", attributes={"model": "m1"})
     b = TraceEvent(event_id="b", input="x2", output="y2", attributes={"model": "m2"})
@@ -248,6 +316,12 @@ def test_the_merged_id_depends_on_the_session_and_its_members_only() -> None:
     assert one.event_id != merge_events("s", [a]).event_id
     assert one.event_id != merge_events("t", [a, b]).event_id
     assert one.attributes == {"model": "m2"}  # the later member wins
+    # Other fields are the latest member's that has one.
+    prompted = a.model_copy(update={"system_prompt": "be brief", "app": "shop"})
+    merged = merge_events("s", [prompted, b])
+    assert (merged.system_prompt, merged.app) == ("be brief", "shop")
+    later = b.model_copy(update={"system_prompt": "be kind"})
+    assert merge_events("s", [prompted, later]).system_prompt == "be kind"
 
 
 def test_a_session_route_needs_session_id_sampling() -> None:
