@@ -108,6 +108,20 @@ def test_a_redelivered_result_counts_once(matched_first: bool) -> None:
     assert sorted(s.released) == ["l0", "r0", "r1"]
 
 
+def test_after_a_label_first_match_repeats_of_either_half_count_once() -> None:
+    s = Store()
+    s.join.add_label(HumanLabel("a", "true"), P0, "l0", now=0.0)
+    assert s.join.add_result(binary("a"), P1, "r0", now=1.0) is not None
+    # A redelivered result and a second label both find the matched result.
+    assert s.join.add_result(binary("a", passed=False), P1, "r1", now=2.0) is None
+    assert s.join.add_label(HumanLabel("a", "false"), P0, "l1", now=3.0) is None
+    assert (s.outcome("agreed"), s.outcome("disagreed")) == (1, 0)
+    assert s.v("evalstream_labels_ignored_total", kind="result", reason="duplicate") == 1
+    assert s.v("evalstream_labels_ignored_total", kind="label", reason="duplicate") == 1
+    assert sorted(s.released) == ["l0", "l1", "r0", "r1"]
+    assert s.join.waiting() == {"result": 0, "label": 0}
+
+
 def test_entries_expire_unmatched_and_are_counted() -> None:
     s = Store(retention_s=10.0)
     s.join.add_label(HumanLabel("late", "true"), P0, "l0", now=0.0)
@@ -124,6 +138,23 @@ def test_entries_expire_unmatched_and_are_counted() -> None:
     assert s.v("evalstream_labels_unmatched_total", kind="result", reason="expired") == 1
     assert s.released == ["l0", "r0"]
     assert s.join.waiting() == {"result": 1, "label": 0}
+
+
+@pytest.mark.parametrize("label_first", [False, True])
+def test_a_half_older_than_the_retention_is_not_joined(label_first: bool) -> None:
+    # Whichever half comes second, the first has expired by then: nothing is compared.
+    s = Store(retention_s=10.0)
+    if label_first:
+        s.join.add_label(HumanLabel("a", "true"), P0, "l0", now=0.0)
+        assert s.join.add_result(binary("a"), P1, "r0", now=20.0) is None
+        assert s.join.waiting() == {"result": 1, "label": 0}
+    else:
+        s.join.add_result(binary("a"), P1, "r0", now=0.0)
+        assert s.join.add_label(HumanLabel("a", "true"), P0, "l0", now=20.0) is None
+        assert s.join.waiting() == {"result": 0, "label": 1}
+    assert s.outcome("agreed") == 0
+    kind = "label" if label_first else "result"
+    assert s.v("evalstream_labels_unmatched_total", kind=kind, reason="expired") == 1
 
 
 def test_a_matched_result_expiring_is_not_counted_as_unmatched() -> None:
@@ -152,6 +183,17 @@ def test_the_oldest_entries_are_evicted_when_full() -> None:
     # An evicted result's label finds nothing; a held one's is compared.
     assert s.join.add_label(HumanLabel("r0", "true"), P0, "l0", now=4.0) is None
     assert s.join.add_label(HumanLabel("r2", "true"), P0, "l2", now=4.0) is not None
+
+
+def test_a_result_matching_a_waiting_label_counts_against_max_results() -> None:
+    s = Store(max_results=1)
+    s.join.add_result(binary("x"), P1, "rx", now=0.0)
+    s.join.add_label(HumanLabel("a", "true"), P0, "la", now=1.0)
+    assert s.join.add_result(binary("a"), P1, "ra", now=2.0) is not None
+    # The matched result is held (to recognise duplicates): the oldest result goes.
+    assert s.v("evalstream_labels_unmatched_total", kind="result", reason="evicted") == 1
+    assert sorted(s.released) == ["la", "ra", "rx"]
+    assert s.join.waiting() == {"result": 0, "label": 0}
 
 
 def test_revoked_partitions_drop_their_entries() -> None:
@@ -196,8 +238,10 @@ def test_a_label_evaluator_is_compared_on_its_probabilities() -> None:
 @pytest.mark.parametrize(("data", "expected"), [
     (dump_json({"result_id": "a", "gold": "true"}), HumanLabel("a", "true")),
     (dump_json({"result_id": "a", "gold": False, "labeller": "ann"}), HumanLabel("a", "false")),
+    (dump_json({"result_id": "a", "gold": True}), HumanLabel("a", "true")),
     (dump_json({"result_id": "a", "gold": "billing"}), HumanLabel("a", "billing")),
     (dump_json({"result_id": "", "gold": "true"}), None),
+    (dump_json({"result_id": "a" * 128, "gold": "true"}), HumanLabel("a" * 128, "true")),
     (dump_json({"result_id": "a" * 129, "gold": "true"}), None),
     (dump_json({"result_id": 7, "gold": "true"}), None),
     (dump_json({"result_id": "a"}), None),
