@@ -12,7 +12,9 @@ from evalstream.app.calibration import (
     BIN_LABELS,
     Calibration,
     CanaryGold,
+    Comparison,
     canary_marker,
+    compare,
     confidence_bin,
     read_gold,
 )
@@ -77,6 +79,36 @@ def test_ece_bins_are_ten_equal_widths_labelled_by_their_lower_edge(
         confidence: float, label: str) -> None:
     # A bin holds its lower edge; 1.0 (and anything past the ends) falls in an end bin.
     assert BIN_LABELS[confidence_bin(confidence)] == label
+
+
+def test_binary_confidence_is_that_of_the_verdict_given() -> None:
+    failed = EvalResult(result_id="r", event_id="e", trace_id="t", route="chat",
+                        evaluator="refusal", passed=False, score=0.3)
+    comparison = compare(failed, True)
+    assert comparison is not None
+    assert (comparison.predicted, comparison.correct) == ("false", False)
+    assert comparison.brier == pytest.approx(0.49)  # p(pass) 0.3 against gold 1
+    assert comparison.confidence == pytest.approx(0.7)  # p(fail): the verdict given
+    # No score: the verdict is the forecast, with full confidence.
+    bare = failed.model_copy(update={"score": None})
+    assert compare(bare, False) == Comparison("false", "false", 0.0, 1.0)
+    # Probabilities without a predicted class: nothing to compare.
+    assert compare(EvalResult(result_id="r", event_id="e", trace_id="t", route="chat",
+                              evaluator="topic", probabilities={"billing": 1.0}),
+                   "billing") is None
+
+
+def test_a_class_the_forecast_gives_no_probability_counts_as_zero() -> None:
+    result = EvalResult(result_id="r", event_id="e", trace_id="t", route="chat",
+                        evaluator="topic", label="billing",
+                        probabilities={"billing": 0.6, "shipping": 0.4})
+    # Gold outside the forecast: its probability was 0, so it adds (0 - 1)^2.
+    assert compare(result, "other").brier == pytest.approx(0.6**2 + 0.4**2 + 1.0)
+    # A predicted class missing from its own probabilities: confidence 0, not 1.
+    unsure = result.model_copy(update={"label": "refund"})
+    comparison = compare(unsure, "refund")
+    assert comparison is not None
+    assert comparison.confidence == 0.0
 
 
 # --- live counters against the offline report ------------------------------------------
