@@ -7,13 +7,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 
+from evalstream.app import sessions as sessions_module
 from evalstream.app.worker import Worker
 from evalstream.config import load_settings
-from evalstream.errors import OutputRejectedError
-from evalstream.events import EvalResult, RawRecord, dump_json
+from evalstream.errors import OutputRejectedError, SinkError
+from evalstream.events import EvalResult, RawRecord, TraceEvent, dump_json
 from evalstream.sinks.memory import MemorySink
 from evalstream.sources.memory import MemorySource
 from tests.integration.workerkit import wait_for
@@ -30,13 +33,19 @@ def record(partition: int, offset: int, session: str | None) -> RawRecord:
     return RawRecord("traces", partition, offset, dump_json(body))
 
 
-def worker(source: MemorySource, sink: MemorySink, gap_s: float) -> Worker:
+def worker(source: MemorySource, sink: MemorySink, gap_s: float,
+           session: dict[str, Any] | None = None, plain_route: bool = False,
+           evaluator: dict[str, Any] | None = None, **worker_settings: Any) -> Worker:
+    routes: list[dict[str, Any]] = [{"name": "chat",
+                                     "session": {"gap_s": gap_s, **(session or {})},
+                                     "evaluators": [evaluator or {"evaluator": "refusal"}]}]
+    if plain_route:  # every event also matches a route without sessions
+        routes.append({"name": "plain", "evaluators": [{"evaluator": "refusal"}]})
+        worker_settings["routing"] = "all"
     settings = load_settings(
-        None, inputs=[{"topic": "traces"}], sampling={"key": "session_id"},
-        routes=[{"name": "chat", "session": {"gap_s": gap_s},
-                 "evaluators": [{"evaluator": "refusal"}]}],
+        None, inputs=[{"topic": "traces"}], sampling={"key": "session_id"}, routes=routes,
         server={"host": "127.0.0.1", "port": 0}, drift={"enabled": False},
-        worker={"commit_interval_s": 0.05, "shutdown_timeout_s": 20},
+        worker={"commit_interval_s": 0.05, "shutdown_timeout_s": 20, **worker_settings},
         kafka={"session_timeout_ms": 45_000})
     return Worker(settings, registry=CollectorRegistry(), source=source, sink=sink)
 
@@ -71,6 +80,8 @@ async def test_a_revoke_abandons_open_sessions_at_once_and_they_are_redone_whole
         # Neither the drain deadline (20 s) nor the gap (3 s): abandoned, not waited for.
         assert time.monotonic() - started < 1
         assert sessions.store.open_count() == 1  # b, on the partition kept
+        assert w.metrics.registry.get_sample_value(
+            "evalstream_sessions_closed_total", {"route": "chat", "reason": "abandoned"}) == 1
         assert source.committed.get(TP0, 0) == 0  # held behind session a: nothing committed
         assert [r.event_id for r in sink.results] == ["None-2"]
 
@@ -152,3 +163,117 @@ async def test_until_caught_up_waits_for_open_sessions_and_evaluates_them() -> N
     assert await asyncio.wait_for(w.run(), 10) == 0
     assert source.committed == {TP0: 3, TP1: 1}
     assert sorted(r.session_id or "-" for r in sink.results) == ["-", "a", "b"]
+
+
+async def test_a_window_that_cannot_be_merged_is_still_evaluated_and_committed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in merging must not hold the members' offsets forever: the window is
+    evaluated on its latest member instead, marked ``merge_failed``, and committed."""
+    def broken(session_id: str, events: object) -> TraceEvent:
+        raise RuntimeError("merge bug")
+
+    monkeypatch.setattr(sessions_module, "merge_events", broken)
+    source = MemorySource([record(0, 0, "a"), record(0, 1, "a")])
+    sink = MemorySink()
+    await run_until(worker(source, sink, gap_s=0.2), lambda: source.committed.get(TP0) == 2,
+                    "both members committed")
+    (result,) = sink.results
+    assert result.event_id == "a-1"
+    assert result.details["session"] == {"closed": "gap", "merge_failed": True}
+
+
+def test_without_session_routes_there_is_no_session_path() -> None:
+    settings = load_settings(None, inputs=[{"topic": "traces"}],
+                             routes=[{"name": "chat", "evaluators": [{"evaluator": "refusal"}]}],
+                             server={"host": "127.0.0.1", "port": 0}, drift={"enabled": False})
+    w = Worker(settings, registry=CollectorRegistry(), source=MemorySource([]),
+               sink=MemorySink())
+    assert w.sessions is None
+
+
+async def test_other_routes_evaluate_at_once_beside_an_open_session() -> None:
+    source = MemorySource([record(0, 0, "a")])
+    sink = MemorySink()
+    w = worker(source, sink, gap_s=30, plain_route=True)
+    registry = w.metrics.registry
+
+    def plain_done_and_session_open() -> bool:
+        return [r.route for r in sink.results] == ["plain"] and registry.get_sample_value(
+            "evalstream_sessions_open", {"route": "chat"}) == 1
+
+    await run_until(w, plain_done_and_session_open, "the plain route's result, chat held")
+
+
+async def test_a_route_past_max_bytes_evaluates_its_sessions_at_once() -> None:
+    source = MemorySource([record(0, 0, "a"), record(0, 1, "b")])
+    sink = MemorySink()
+    w = worker(source, sink, gap_s=30, session={"max_bytes": 1})
+    await run_until(w, lambda: len(sink.results) == 2, "both sessions evaluated")
+    assert [r.details["session"]["closed"] for r in sink.results] == ["capacity"] * 2
+    assert w.metrics.registry.get_sample_value(
+        "evalstream_sessions_closed_total", {"route": "chat", "reason": "capacity"}) == 2
+
+
+async def test_sessions_share_the_in_flight_bound_and_release_it() -> None:
+    """With one slot, sessions closing together are evaluated one after the other."""
+    source = MemorySource([record(0, 0, "a"), record(0, 1, "b"), record(0, 2, "c")])
+    sink = MemorySink()
+    w = worker(source, sink, gap_s=0.2, max_in_flight=1)
+    sessions = w.sessions
+    assert sessions is not None
+    await run_until(w, lambda: source.committed.get(TP0) == 3, "all three committed")
+    assert sorted(r.session_id or "" for r in sink.results) == ["a", "b", "c"]
+    assert not sessions.tasks  # finished evaluations are not kept
+
+
+async def test_a_session_result_the_sink_cannot_take_stops_the_worker_uncommitted() -> None:
+    """Output that cannot be made durable (SinkError) stops the worker, and the session's
+    members are not committed: they are redelivered, never lost."""
+    source = MemorySource([record(0, 0, "a"), record(0, 1, "a")])
+    sink = MemorySink()
+
+    async def broker_down(result: EvalResult) -> None:
+        raise SinkError("results: broker down")
+
+    sink.publish_result = broker_down  # type: ignore[method-assign]
+    w = worker(source, sink, gap_s=0.2)
+    assert await asyncio.wait_for(w.run(), 10) == 1
+    assert source.committed.get(TP0, 0) == 0
+
+
+async def test_a_session_its_evaluator_skips_publishes_nothing_and_is_committed() -> None:
+    # role_adherence needs a role: without a system prompt or chatbot_role it skips.
+    source = MemorySource([record(0, 0, "a")])
+    sink = MemorySink()
+    w = worker(source, sink, gap_s=0.2, evaluator={
+        "evaluator": "role_adherence", "params": {"role_from_system_prompt": True}})
+    await run_until(w, lambda: source.committed.get(TP0) == 1, "the member committed")
+    assert sink.results == []
+    assert w.metrics.registry.get_sample_value(
+        "evalstream_events_skipped_total", {"reason": "no_role"}) == 1
+
+
+async def test_a_route_with_a_short_gap_closes_on_time_beside_one_with_a_long_gap() -> None:
+    """The timer wakes for the shortest gap of all routes, so a window opened while it
+    sleeps is not left waiting for a longer route's gap."""
+    settings = load_settings(
+        None, inputs=[{"topic": "traces"}], sampling={"key": "session_id"},
+        routes=[{"name": "slow", "match": {"app": ["never"]}, "session": {"gap_s": 60},
+                 "evaluators": [{"evaluator": "refusal"}]},
+                {"name": "chat", "session": {"gap_s": 0.2},
+                 "evaluators": [{"evaluator": "refusal"}]}],
+        server={"host": "127.0.0.1", "port": 0}, drift={"enabled": False},
+        worker={"commit_interval_s": 0.05})
+    source, sink = MemorySource([record(0, 0, None)]), MemorySink()  # no session
+    w = Worker(settings, registry=CollectorRegistry(), source=source, sink=sink)
+    ready = asyncio.Event()
+    run = asyncio.create_task(w.run(ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 5)
+        await wait_for(lambda: len(sink.results) == 1, timeout=5, what="the plain event")
+        await asyncio.sleep(0.1)  # the timer is asleep, with no window open
+        source.add(record(0, 1, "a"))
+        await wait_for(lambda: len(sink.results) == 2, timeout=5, what="chat's session closed")
+    finally:
+        w.request_stop()
+        assert await asyncio.wait_for(run, 10) == 0
