@@ -20,6 +20,7 @@ from evalstream.events import EvalResult, RawRecord, TraceEvent, dump_json
 from evalstream.sinks.memory import MemorySink
 from evalstream.sources.memory import MemorySource
 from tests.integration.workerkit import wait_for
+from tests.unit import pipeline_doubles  # noqa: F401  (registers unit_scripted)
 
 TP0 = ("traces", 0)
 TP1 = ("traces", 1)
@@ -277,3 +278,51 @@ async def test_a_route_with_a_short_gap_closes_on_time_beside_one_with_a_long_ga
     finally:
         w.request_stop()
         assert await asyncio.wait_for(run, 10) == 0
+
+
+def sleeper(seconds: float) -> RawRecord:
+    """A session's only event, on which ``unit_scripted`` sleeps ``seconds``."""
+    body = {"event_id": "s-0", "session_id": "a", "input": "q", "output": f"sleep:{seconds}"}
+    return RawRecord("traces", 0, 0, dump_json(body))
+
+
+async def revoke_while_evaluating(seconds: float, cancel: bool) -> tuple[float, MemorySource,
+                                                                          MemorySink]:
+    """Revoke TP0 while its closed session is being evaluated (its evaluation first
+    cancelled, as a revoke does to a wait at a judge's spend cap, when ``cancel``); returns
+    how long the revoke took."""
+    source, sink = MemorySource([sleeper(seconds)]), MemorySink()
+    w = worker(source, sink, gap_s=0.05, evaluator={"evaluator": "unit_scripted"},
+               shutdown_timeout_s=3)
+    sessions = w.sessions
+    assert sessions is not None
+    ready = asyncio.Event()
+    run = asyncio.create_task(w.run(ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 5)
+        await wait_for(lambda: bool(sessions.tasks) and w.slots.count == 1, timeout=5,
+                       what="the session's evaluation running")
+        if cancel:
+            for task in sessions.tasks:
+                task.cancel()
+        started = time.monotonic()
+        await source.revoke([TP0])
+        took = time.monotonic() - started
+    finally:
+        w.request_stop()
+        assert await asyncio.wait_for(run, 10) == 0
+    return took, source, sink
+
+
+async def test_a_revoke_waits_for_a_closed_session_only_until_it_is_done() -> None:
+    took, source, sink = await revoke_while_evaluating(0.3, cancel=False)
+    assert took < 2  # woken when the session completes, not at the 3 s deadline
+    assert source.committed == {TP0: 1}
+    assert len(sink.results) == 1
+
+
+async def test_a_cancelled_session_evaluation_is_abandoned_not_waited_for() -> None:
+    took, source, sink = await revoke_while_evaluating(30, cancel=True)
+    assert took < 2  # its members abandoned: nothing left to wait for
+    assert source.committed.get(TP0, 0) == 0  # and never committed: redelivered
+    assert sink.results == []
