@@ -21,6 +21,7 @@ from evalstream.sinks.memory import MemorySink
 from evalstream.sources.memory import MemorySource
 from tests.integration.workerkit import wait_for
 from tests.unit import pipeline_doubles  # noqa: F401  (registers unit_scripted)
+from tests.unit.test_worker_memory import CappedJudge
 
 TP0 = ("traces", 0)
 TP1 = ("traces", 1)
@@ -280,10 +281,11 @@ async def test_a_route_with_a_short_gap_closes_on_time_beside_one_with_a_long_ga
         assert await asyncio.wait_for(run, 10) == 0
 
 
-def sleeper(seconds: float) -> RawRecord:
-    """A session's only event, on which ``unit_scripted`` sleeps ``seconds``."""
-    body = {"event_id": "s-0", "session_id": "a", "input": "q", "output": f"sleep:{seconds}"}
-    return RawRecord("traces", 0, 0, dump_json(body))
+def record_with_output(offset: int, output: str) -> RawRecord:
+    """An event of session ``a`` whose output scripts ``unit_scripted`` (``sleep:<s>``,
+    ``ask_judge``)."""
+    body = {"event_id": f"a-{offset}", "session_id": "a", "input": "q", "output": output}
+    return RawRecord("traces", 0, offset, dump_json(body))
 
 
 async def revoke_while_evaluating(seconds: float, cancel: bool) -> tuple[float, MemorySource,
@@ -291,7 +293,7 @@ async def revoke_while_evaluating(seconds: float, cancel: bool) -> tuple[float, 
     """Revoke TP0 while its closed session is being evaluated (its evaluation first
     cancelled, as a revoke does to a wait at a judge's spend cap, when ``cancel``); returns
     how long the revoke took."""
-    source, sink = MemorySource([sleeper(seconds)]), MemorySink()
+    source, sink = MemorySource([record_with_output(0, f"sleep:{seconds}")]), MemorySink()
     w = worker(source, sink, gap_s=0.05, evaluator={"evaluator": "unit_scripted"},
                shutdown_timeout_s=3)
     sessions = w.sessions
@@ -325,4 +327,34 @@ async def test_a_cancelled_session_evaluation_is_abandoned_not_waited_for() -> N
     took, source, sink = await revoke_while_evaluating(30, cancel=True)
     assert took < 2  # its members abandoned: nothing left to wait for
     assert source.committed.get(TP0, 0) == 0  # and never committed: redelivered
+    assert sink.results == []
+
+
+async def test_a_revoke_cancels_a_session_waiting_at_a_judge_spend_cap() -> None:
+    """A closed session's evaluation waiting at a spend cap (on_spend_cap: wait) is in its
+    members' partition's scope: a revoke cancels it at once (the next owner redoes it)
+    rather than waiting its deadline for budget that may take hours."""
+    judge = CappedJudge()
+    source, sink = MemorySource([record_with_output(0, "ask_judge")]), MemorySink()
+    settings = load_settings(
+        None, inputs=[{"topic": "traces"}], sampling={"key": "session_id"},
+        routes=[{"name": "chat", "session": {"gap_s": 0.05},
+                 "evaluators": [{"evaluator": "unit_scripted"}]}],
+        server={"host": "127.0.0.1", "port": 0}, drift={"enabled": False},
+        worker={"commit_interval_s": 0.05, "shutdown_timeout_s": 3})
+    w = Worker(settings, registry=CollectorRegistry(), judges={"builtin": judge},
+               source=source, sink=sink)
+    ready = asyncio.Event()
+    run = asyncio.create_task(w.run(ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 5)
+        await wait_for(lambda: judge.cap.waiting == 1, timeout=5, what="waiting at the cap")
+        started = time.monotonic()
+        await source.revoke([TP0])
+        assert time.monotonic() - started < 2  # not the 3 s deadline
+        assert judge.cap.waiting == 0
+        assert source.committed.get(TP0, 0) == 0
+    finally:
+        w.request_stop()
+        assert await asyncio.wait_for(run, 10) == 0
     assert sink.results == []
