@@ -12,8 +12,10 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from prometheus_client import CollectorRegistry
 
 from evalstream.app.worker import Worker
-from evalstream.config import load_settings
-from evalstream.events import dump_json, load_json
+from evalstream.config import KafkaSettings, TopicSettings, load_settings
+from evalstream.errors import OutputRejectedError
+from evalstream.events import EvalResult, dump_json, load_json
+from evalstream.sinks.kafka import KafkaSink
 from tests.integration.workerkit import (
     Topics,
     config_dict,
@@ -102,3 +104,25 @@ async def test_each_result_is_also_an_otel_event_on_its_topic(broker: Broker) ->
     assert seen == set(by_id)  # one event per result, none twice
     # Both outcomes were exercised (odd events are refusals).
     assert {r["passed"] for r, _ in by_id.values()} == {True, False}
+
+
+async def test_a_result_too_large_to_publish_writes_no_otel_copy(broker: Broker) -> None:
+    # The producer refuses the result (larger than max_request_size) only once its send has
+    # started, while the copy (no details: small) went out beside it; the worker then
+    # publishes an error result in its place, with its own copy: two records under one
+    # result_id on the OTel topic, one of them a score the results topic never carried.
+    results, dlq, otel = unique("res"), unique("dlq"), unique("otel-events")
+    await create_topics(broker.bootstrap, [results, dlq, otel])
+    sink = KafkaSink(KafkaSettings(bootstrap_servers=broker.bootstrap, max_request_size=4096),
+                     TopicSettings(results=results, dead_letter=dlq, otel_results=otel))
+    big = EvalResult(result_id="r" * 32, event_id="e", trace_id="t", route="r",
+                     evaluator="refusal", evaluator_version="1", score=1.0,
+                     details={"event_ids": ["x" * 100] * 50})
+    await sink.start()
+    try:
+        with pytest.raises(OutputRejectedError, match=f"{results} refused"):
+            await sink.publish_result(big)
+        await sink.publish_result(big.model_copy(update={"details": {}}))  # both written
+    finally:
+        await sink.stop()
+    assert len(await read_all(broker.bootstrap, otel, expect=2, idle=1.0)) == 1

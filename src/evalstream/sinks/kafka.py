@@ -246,6 +246,14 @@ class KafkaSink:
             return
         # Both built before either is sent: a result that cannot be encoded publishes neither.
         value = dump_json(result)
+        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers)
+        if size > self._settings.max_request_size:
+            # The producer's own check, made here before either send: made in ``send``, it
+            # refused the result while its copy (no details: smaller) went out beside it,
+            # and the error result standing in for it then added a second copy under the
+            # same result_id, one a score the results topic never carried.
+            raise OutputRejectedError(f"{topics.results} refused a record of {len(value)} "
+                                      f"bytes: MessageSizeTooLargeError")
         event = otel_result(result, service_name=self._settings.client_id,
                             scope_version=self._version, encoding=topics.otel_encoding,
                             observed_ns=time.time_ns())
