@@ -204,3 +204,18 @@ async def test_a_rebalance_mid_batch_drops_the_rest_of_the_batch() -> None:
     # "z" (offset 1) still waits for its result: nothing past it is committed.
     assert job.source.committed[(LAB, 0)] == 1
     assert job.v("evalstream_labels_ignored_total", kind="label", reason="duplicate") == 0
+
+
+async def test_the_joiner_starts_without_the_otel_results_topic(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # It writes only dead letters: the OTel copy of results is the workers' output, and
+    # checking it stopped the joiner where that topic is not created (yet, or for it).
+    from evalstream.sinks import kafka as sink_module
+    from tests.unit.test_kafka_sink_start import _Producer
+
+    monkeypatch.setattr(sink_module, "AIOKafkaProducer", _Producer)
+    monkeypatch.setattr(_Producer, "existing", frozenset({RES, "evalstream.dlq"}))
+    settings = load_settings(None, topics={"otel_results": "otel", "otel_encoding": "otlp_json"})
+    joiner = LabelJoiner(settings, registry=CollectorRegistry(), source=MemorySource([]))
+    await joiner.sink.start()
+    await joiner.sink.stop()

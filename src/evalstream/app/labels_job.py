@@ -115,7 +115,10 @@ class LabelJoiner:
                                                   "start_from": None})
         self.source: Source = source if source is not None else KafkaSource(
             kafka, list(self.topics))
-        self.sink: Sink = sink if sink is not None else KafkaSink(kafka, settings.topics)
+        # Dead letters only: not the OTel copy of results (the workers' output), whose topic
+        # start-up would otherwise require here too.
+        outputs = settings.topics.model_copy(update={"otel_results": ""})
+        self.sink: Sink = sink if sink is not None else KafkaSink(kafka, outputs)
         self.tracker = OffsetTracker()
         self.committer = Committer(self.tracker, self.source, self.metrics)
         self.store: JoinStore[Token] = JoinStore(
