@@ -27,7 +27,7 @@ from evalstream.events import dump_json
 from evalstream.logging import configure_logging
 from tests.integration.workerkit import Topics, config_dict, results, running, write_config
 from tests.support.broker import Broker
-from tests.support.kafka import produce, read_all
+from tests.support.kafka import create_topics, produce, read_all
 from tests.support.llm_server import FakeLLM, serving
 
 pytestmark = pytest.mark.integration
@@ -75,6 +75,8 @@ async def test_no_secret_or_content_escapes_the_worker(
         capsys: pytest.CaptureFixture[str]) -> None:
     topics = Topics.fresh("secworker")
     await topics.create(broker.bootstrap, partitions=1)
+    otel = f"{topics.results}.otel"  # the OTel copy of results, on: scanned as well
+    await create_topics(broker.bootstrap, [otel])
     monkeypatch.setenv("SEC_INT_KEY", API_KEY)
     monkeypatch.setenv("EVALSTREAM_JUDGES__LLM__HEADERS",
                        json.dumps({"X-Goog-Api-Key": HEADER_KEY}))
@@ -87,7 +89,7 @@ async def test_no_secret_or_content_escapes_the_worker(
                  b"\xff" + MARK.encode()]
     async with serving(Gateway(distribution={"no": 0.8, "yes": 0.2})) as server:
         url = server.url.replace("http://", f"http://bob:{URL_PASSWORD}@")
-        config = write_config(tmp_path / "worker.yaml", config_dict(
+        data = config_dict(
             broker.bootstrap, topics,
             logging={"level": "DEBUG"},
             judges={"llm": {"type": "openai", "base_url": url, "model": "m",
@@ -95,14 +97,16 @@ async def test_no_secret_or_content_escapes_the_worker(
                             "max_retries": 0, "timeout_s": 5, "deadline_s": 10,
                             "circuit_failures": 100}},
             routes=[{"name": "r", "evaluators": [
-                {"evaluator": "refusal", "judge": "llm", "reasons": "always"}]}]))
-        settings = load_settings(config)
+                {"evaluator": "refusal", "judge": "llm", "reasons": "always"}]}])
+        data["topics"]["otel_results"] = otel
+        settings = load_settings(write_config(tmp_path / "worker.yaml", data))
         worker = Worker(settings, registry=CollectorRegistry())
         async with running(worker):
             await produce(broker.bootstrap, topics.inputs,
                           [event(i, o) for i, o in enumerate(outputs)] + malformed)
             published = await results(broker.bootstrap, topics.results, expect=len(outputs))
             dead = await read_all(broker.bootstrap, topics.dead_letter, expect=len(malformed))
+            copies = await read_all(broker.bootstrap, otel, expect=len(outputs))
             async with httpx.AsyncClient(timeout=5) as client:
                 metrics = (await client.get(
                     f"http://127.0.0.1:{worker.health.port}/metrics")).text
@@ -112,6 +116,7 @@ async def test_no_secret_or_content_escapes_the_worker(
     assert statuses == ["error"] * 5 + ["ok"] * 2, published
     assert sum("***" in (r.get("error") or "") for r in published) == 4
     assert len(dead) == len(malformed)
+    assert len(copies) == len(outputs)
     assert server.posts[0].headers["api-key"] == API_KEY
     assert server.posts[0].headers["x-goog-api-key"] == HEADER_KEY
     assert "dead_letter" in logs
@@ -120,11 +125,16 @@ async def test_no_secret_or_content_escapes_the_worker(
                     for r in dead]
     exposed = {"logs": logs, "metrics": metrics,
                "results": json.dumps(published, default=repr),
-               "dead-letter headers": json.dumps(dead_headers)}
+               "dead-letter headers": json.dumps(dead_headers),
+               "OTel results": "\n".join(r.value.decode("utf-8", "replace")  # type: ignore[attr-defined]
+                                          for r in copies)}
     for where, text in exposed.items():
         leaked = [s for s in secret_forms() if s in text]
         assert not leaked, f"{where} leaks {leaked}"
-    for where in ("logs", "metrics", "dead-letter headers"):
+    # The OTel copies carry an error's class, never its text (the masked credentials in the
+    # results' errors), and no event content; a reason may quote the trace, but this
+    # gateway's reasons are its fixed text.
+    for where in ("logs", "metrics", "dead-letter headers", "OTel results"):
         assert MARK not in exposed[where], f"trace content in the {where}"
 
 
