@@ -115,6 +115,10 @@ class Metrics:
         self.results_published = Counter(
             "evalstream_results_published_total", "Results acknowledged by the broker.",
             ["status"], registry=r)
+        self.otel_results_rejected = Counter(
+            "evalstream_otel_results_rejected_total",
+            "OTel copies of results (topics.otel_results) the broker refused for good, given "
+            "up; their results are published.", registry=r)
         self.commits = Counter(
             "evalstream_offset_commits_total", "Offset commits.", ["outcome"], registry=r)
 

@@ -201,10 +201,10 @@ def _event(value: bytes | None) -> dict[str, object] | None:
 class _LimitedSink(MemorySink):
     """Refuses results over 100 KB, as a broker's size limit does."""
 
-    async def publish_result(self, result: EvalResult) -> None:
+    async def publish_result(self, result: EvalResult) -> bool:
         if len(dump_json(result)) > 100_000:
             raise OutputRejectedError("results refused a record: MessageSizeTooLargeError")
-        await super().publish_result(result)
+        return await super().publish_result(result)
 
 
 class _SizeLimitedProducer(_Producer):

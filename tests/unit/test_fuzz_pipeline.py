@@ -382,12 +382,12 @@ def test_error_results_are_small_whatever_the_event(event: TraceEvent, error: st
 class _BrokerLimitSink(MemorySink):
     """Refuses results over a broker's message size limit, as Kafka does."""
 
-    async def publish_result(self, result: EvalResult) -> None:
+    async def publish_result(self, result: EvalResult) -> bool:
         size = len(dump_json(result)) + len(result.trace_id.encode())
         if size > 100_000:
             raise OutputRejectedError(f"results refused a record of {size} bytes: "
                                       "MessageSizeTooLargeError")
-        await super().publish_result(result)
+        return await super().publish_result(result)
 
 
 async def test_an_event_with_huge_ids_is_an_error_result_not_a_stopped_worker() -> None:

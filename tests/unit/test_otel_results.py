@@ -13,11 +13,14 @@ from aiokafka.errors import MessageSizeTooLargeError, TopicAuthorizationFailedEr
 from google.protobuf import json_format
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
+from evalstream.app.outputs import Outputs
 from evalstream.config import KafkaSettings, TopicSettings, load_settings
 from evalstream.errors import ConfigError, OutputRejectedError, SinkError
 from evalstream.events import EvalResult, JudgeInfo, load_json
+from evalstream.metrics import Metrics
 from evalstream.sinks.kafka import KafkaSink
 from evalstream.sinks.memory import MemorySink
 from evalstream.sinks.otel_results import error_type, otel_result
@@ -307,10 +310,29 @@ async def test_an_otel_copy_refused_for_good_leaves_the_durable_result_published
     # is already on the results topic: two results under one result_id.
     producer = _Producer(fail={"otel": MessageSizeTooLargeError()})
     with capture_logs() as logs:
-        await _kafka_sink(producer, otel_results="otel").publish_result(_result())
+        # False: the copy was given up (the caller counts it).
+        assert await _kafka_sink(producer, otel_results="otel").publish_result(_result()) is False
     assert [topic for topic, _, _ in producer.sent] == ["res", "otel"]
     assert [e["event"] for e in logs] == ["otel_result_rejected"]
     assert logs[0]["result_id"] == _result().result_id
     producer = _Producer(fail={"res": MessageSizeTooLargeError()})
     with pytest.raises(OutputRejectedError, match="res refused a record"):
         await _kafka_sink(producer, otel_results="otel").publish_result(_result())
+
+
+async def test_a_given_up_copy_is_counted_and_a_written_one_is_not() -> None:
+    # The error line alone left an operator losing copies (e.g. an OTel topic with a lower
+    # max.message.bytes) nothing to alert on.
+    registry = CollectorRegistry()
+    sink = _kafka_sink(_Producer(fail={"otel": MessageSizeTooLargeError()}),
+                       otel_results="otel")
+    outputs = Outputs(sink, Metrics(registry), [])
+    assert registry.get_sample_value("evalstream_otel_results_rejected_total") == 0
+    await outputs.result(_result())
+    assert registry.get_sample_value("evalstream_otel_results_rejected_total") == 1
+    assert registry.get_sample_value("evalstream_results_published_total",
+                                     {"status": "ok"}) == 1
+    sink._producer = _Producer()  # type: ignore[assignment]
+    await outputs.result(_result())
+    assert registry.get_sample_value("evalstream_otel_results_rejected_total") == 1
+    assert await MemorySink(otel_encoding="otlp_proto").publish_result(_result()) is True

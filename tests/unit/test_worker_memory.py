@@ -383,11 +383,11 @@ async def test_a_stop_during_the_restart_backoff_still_gives_the_observer_its_la
 class _RefusingSink(MemorySink):
     """A broker that refuses one result for good (e.g. over its size limit)."""
 
-    async def publish_result(self, result: EvalResult) -> None:
+    async def publish_result(self, result: EvalResult) -> bool:
         if result.event_id == "e1" and result.status == "ok":
             raise OutputRejectedError("results refused a record of 2000000 bytes: "
                                       "MessageSizeTooLargeError")
-        await super().publish_result(result)
+        return await super().publish_result(result)
 
 
 async def test_a_result_the_broker_refuses_becomes_an_error_result_not_a_crash_loop() -> None:

@@ -34,10 +34,12 @@ class Outputs:
         self._observers = observers
         self._ok = metrics.results_published.labels("ok").inc
         self._error = metrics.results_published.labels("error").inc
+        self._copy_rejected = metrics.otel_results_rejected.inc
 
     async def result(self, result: EvalResult) -> None:
         """Publish one result, then let the observers see it."""
-        await self.sink.publish_result(result)
+        if not await self.sink.publish_result(result):  # its OTel copy was given up
+            self._copy_rejected(1)
         (self._ok if result.status == "ok" else self._error)(1)
         for observer in self._observers:
             try:

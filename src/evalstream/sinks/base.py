@@ -21,8 +21,9 @@ class Sink(Protocol):
         """Connect."""
         ...
 
-    async def publish_result(self, result: EvalResult) -> None:
-        """Publish one result (key = trace_id)."""
+    async def publish_result(self, result: EvalResult) -> bool:
+        """Publish one result (key = trace_id); False when its OTel copy
+        (``topics.otel_results``) was refused for good and given up, the result published."""
         ...
 
     async def publish_dead_letter(self, record: Record, reason: str, error: str) -> None:

@@ -232,9 +232,10 @@ class KafkaSink:
         except KafkaError as exc:
             raise SinkError(f"publish to {topic} failed: {type(exc).__name__}: {exc}") from exc
 
-    async def publish_result(self, result: EvalResult) -> None:
+    async def publish_result(self, result: EvalResult) -> bool:
         """Publish one result; returns once acknowledged (with ``topics.otel_results`` set:
-        once both the result and its OTel event are)."""
+        once both the result and its OTel event are). False when the OTel event was refused
+        for good and given up (the result is published): the caller counts it."""
         names = (result.route, result.evaluator)
         headers = self._result_headers.get(names)
         if headers is None:
@@ -243,7 +244,7 @@ class KafkaSink:
         topics = self._topics
         if not topics.otel_results:
             await self._send(topics.results, dump_json(result), key, headers)
-            return
+            return True
         # Both built before either is sent: a result that cannot be encoded publishes neither.
         value = dump_json(result)
         size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers)
@@ -270,8 +271,10 @@ class KafkaSink:
             # the one given up (it can never be written), and said.
             log.error("otel_result_rejected", output_topic=topics.otel_results,
                       result_id=result.result_id, error=str(copied))
-        elif isinstance(copied, BaseException):
+            return False
+        if isinstance(copied, BaseException):
             raise copied
+        return True
 
     async def publish_dead_letter(self, record: Record, reason: str, error: str) -> None:
         """Publish the original bytes with the reason; returns once acknowledged.

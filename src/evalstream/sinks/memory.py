@@ -46,9 +46,9 @@ class MemorySink:
     async def start(self) -> None:
         """Nothing to connect."""
 
-    async def publish_result(self, result: EvalResult) -> None:
+    async def publish_result(self, result: EvalResult) -> bool:
         """Keep ``result``, once its JSON is built as the Kafka sink builds it (so a result
-        that could not be published fails here too)."""
+        that could not be published fails here too); True (no copy is given up)."""
         dump_json(result)
         event = None if self._otel_encoding is None else otel_result(
             result, service_name="evalstream", scope_version="test",
@@ -57,6 +57,7 @@ class MemorySink:
         self.results.append(result)
         if event is not None:
             self.otel_results.append(event)
+        return True
 
     async def publish_dead_letter(self, record: Record, reason: str, error: str) -> None:
         """Keep the dead letter."""
