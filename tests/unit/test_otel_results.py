@@ -336,3 +336,20 @@ async def test_a_given_up_copy_is_counted_and_a_written_one_is_not() -> None:
     await outputs.result(_result())
     assert registry.get_sample_value("evalstream_otel_results_rejected_total") == 1
     assert await MemorySink(otel_encoding="otlp_proto").publish_result(_result()) is True
+
+
+def test_a_session_result_is_attached_to_its_latest_trace_without_a_span() -> None:
+    # A window spans several traces and spans: its merged event keeps the latest event's
+    # trace id and no span id, so the record is parented to that trace only.
+    from evalstream.app.sessions import merge_events
+    from evalstream.events import TraceEvent
+
+    first = f"{1:032x}"
+    members = [TraceEvent(event_id=f"e{i}", trace_id=trace, span_id=f"{i + 1:016x}",
+                          session_id="conv-1", input="q", output="a",
+                          timestamp=datetime(2026, 11, 30, 12, i, tzinfo=UTC))
+               for i, trace in enumerate([first, TRACE])]
+    merged = merge_events("conv-1", members)
+    record = _record(_proto(_result(event_id=merged.event_id, trace_id=merged.trace_id,
+                                    span_id=merged.span_id, session_id="conv-1")))
+    assert (record.trace_id.hex(), record.span_id) == (TRACE, b"")
