@@ -82,8 +82,21 @@ class Metrics:
             "evalstream_evaluations_weighted_total",
             "Evaluations by outcome weighted by 1/sample_rate (unbiased pass rates).",
             ["route", "evaluator", "outcome"], registry=r)
+        # Sums of squared weights: with the weighted sums, Kish's effective sample size
+        # (sum w)^2 / sum w^2, so Wilson bounds over a series mixing sample rates (route
+        # strata) are not too narrow. For one rate it equals the unweighted count.
+        self.evaluations_weight_squared = Counter(
+            "evalstream_evaluations_weight_squared_total",
+            "Evaluations by outcome, each counted as (1/sample_rate)^2 (effective sample "
+            "size of the weighted pass rates).",
+            ["route", "evaluator", "outcome"], registry=r)
         self.labels = Counter(
             "evalstream_labels_total", "Labels assigned by label evaluators (topic, sentiment).",
+            ["route", "evaluator", "label"], registry=r)
+        self.labels_weighted = Counter(
+            "evalstream_labels_weighted_total",
+            "Labels assigned by label evaluators, each weighted by 1/sample_rate (unbiased "
+            "label shares).",
             ["route", "evaluator", "label"], registry=r)
         self.evaluation_cost = Counter(
             "evalstream_evaluation_cost_usd_total",

@@ -214,6 +214,7 @@ def event(i: int, output: str = "ok", **attributes: str) -> TraceEvent:
 
 #: Every traffic series a canary must stay out of.
 TRAFFIC = ("evalstream_evaluations_total", "evalstream_evaluations_weighted_total",
+           "evalstream_evaluations_weight_squared_total", "evalstream_labels_weighted_total",
            "evalstream_score_count", "evalstream_labels_total",
            "evalstream_events_sampled_total")
 

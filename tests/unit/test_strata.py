@@ -195,6 +195,44 @@ async def test_weighted_pass_rate_recovers_the_population_rate_over_mixed_strata
     assert abs(raw - truth) > 0.1, (raw, truth)  # what 1/rate weighting corrects
 
 
+async def test_squared_weights_give_kish_effective_n_and_labels_are_weighted() -> None:
+    # The Prometheus rules' Wilson bounds use n_eff = (sum w)^2 / sum w^2 over a series:
+    # the worker must count both sums per outcome, and weight labels as it weights
+    # outcomes. 1,000 events at rate 1 and 100 at rate 0.01 (weight 100): n = 1,100, but
+    # n_eff is about 121, the sample size the mixed pass rate really has.
+    labels = {"evaluator": "unit_labels", "name": "topic"}
+    pipeline, registry = make({**route({"by": "tenant", "rates": {"rare": 0.01}},
+                                       sample_rate=1.0), "evaluators": [labels]})
+    results = []
+    for i in range(1000):
+        results += await pipeline.evaluate(ev(i, "bill" if i % 3 else "x", tenant="common"),
+                                           topic="traces")
+    rare = 0
+    for i in range(1000, 100_000):
+        got = await pipeline.evaluate(ev(i, "bill" if i % 3 else "x", tenant="rare"),
+                                      topic="traces")
+        results += got
+        rare += len(got)
+        if rare == 100:
+            break
+    rates = [r.sample_rate for r in results]
+    assert rates.count(1.0) == 1000
+    assert rates.count(0.01) == 100
+    series = {"route": "support", "evaluator": "topic", "outcome": "labelled"}
+    weight = count(registry, "evalstream_evaluations_weighted_total", **series)
+    squared = count(registry, "evalstream_evaluations_weight_squared_total", **series)
+    assert weight == pytest.approx(sum(1 / r for r in rates))
+    assert squared == pytest.approx(sum(1 / r**2 for r in rates))
+    assert weight**2 / squared == pytest.approx(121.0, abs=1.0)
+    assert count(registry, "evalstream_evaluations_total", **series) == 1100
+    # Labels: weighted by the same 1/rate, per (collapsed) label.
+    for label in ("billing", "other"):
+        shown = [r for r in results if (r.label == "billing") == (label == "billing")]
+        assert count(registry, "evalstream_labels_weighted_total", route="support",
+                     evaluator="topic", label=label) == pytest.approx(
+            sum(1 / r.sample_rate for r in shown))
+
+
 def test_max_rate_includes_the_highest_stratum() -> None:
     pipeline, _ = make(route({"by": "tenant", "rates": {"tiny-co": 0.9}}, sample_rate=0.01),
                        sampling={"rate": 0.5})

@@ -58,6 +58,8 @@ class BoundEvaluator:
     #: ``inc`` of the outcome / weighted-outcome counter children, by outcome.
     outcomes: dict[str, Callable[[float], None]]
     weighted: dict[str, Callable[[float], None]]
+    #: ``inc`` of the squared-weight outcome counter children, by outcome.
+    weight_squared: dict[str, Callable[[float], None]]
     #: ``observe`` of the score and duration histogram children.
     score_hist: Callable[[float], None]
     #: ``inc`` of the route/evaluator spend counter child.
@@ -85,6 +87,15 @@ class Planned:
     bound: BoundEvaluator
     sample_rate: float
     canary: CanaryGold | None = None
+    #: Its results' weight, 1/sample_rate, and that squared: fixed per plan, so counting a
+    #: result does no arithmetic (a rate of 0 is never recorded: infinite).
+    weight: float = field(init=False)
+    weight_squared: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        weight = 1.0 / self.sample_rate if self.sample_rate > 0.0 else float("inf")
+        object.__setattr__(self, "weight", weight)
+        object.__setattr__(self, "weight_squared", weight * weight)
 
     @property
     def route(self) -> str:
@@ -207,6 +218,8 @@ def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],
         outcomes={o: metrics.evaluations.labels(route, label, o).inc for o in OUTCOMES},
         weighted={o: metrics.evaluations_weighted.labels(route, label, o).inc
                   for o in OUTCOMES},
+        weight_squared={o: metrics.evaluations_weight_squared.labels(route, label, o).inc
+                        for o in OUTCOMES},
         score_hist=metrics.scores.labels(route, label).observe,
         cost=metrics.evaluation_cost.labels(route, label).inc,
         seconds=metrics.evaluation_seconds.labels(label).observe,

@@ -354,14 +354,20 @@ class Pipeline:
             passed = result.passed
             outcome = "labelled" if passed is None else ("passed" if passed else "failed")
         bound.outcomes[outcome](1)
-        bound.weighted[outcome](1.0 / planned.sample_rate)
+        bound.weighted[outcome](planned.weight)
+        # With the weighted sum, the effective sample size the Prometheus rules' Wilson
+        # bounds use: results of one series may carry different rates (route strata).
+        bound.weight_squared[outcome](planned.weight_squared)
         if outcome == "error":
             return
         if result.score is not None:
             bound.score_hist(result.score)
         if result.label is not None and bound.is_label:
-            self.metrics.labels.labels(bound.route, bound.label,
-                                       bound.labels(result.label)).inc()
+            label = bound.labels(result.label)
+            self.metrics.labels.labels(bound.route, bound.label, label).inc()
+            # The label share's rules weight by 1/rate, as pass rates do.
+            self.metrics.labels_weighted.labels(bound.route, bound.label,
+                                                label).inc(planned.weight)
         self._spend_and_lag(planned, result)
 
     def _spend_and_lag(self, planned: Planned, result: EvalResult) -> None:
