@@ -66,9 +66,9 @@ def test_unit_tests_cover_spike_quiet_and_small_sample() -> None:
 
 
 @pytest.mark.parametrize("guard", [
-    "and route:evalstream_topic_labels:increase5m >= 30",
-    "and route_evaluator:evalstream_evaluations:increase5m >= 30",
-    "and (route:evalstream_topic_labels:increase1h offset 5m) >= 100",
+    "and route:evalstream_topic_labels:effective_n5m >= 30",
+    "and route_evaluator:evalstream_evaluations:effective_n5m >= 30",
+    "and (route:evalstream_topic_labels:effective_n1h offset 5m) >= 100",
     "and route_evaluator_judge:evalstream_canary_compared:increase1h >= 20",
     "and ignoring (reason) route:evalstream_sessions_closed:increase1h >= 20",
 ])
@@ -79,6 +79,33 @@ def test_small_sample_tests_fail_without_the_minimum_n_guard(tmp_path: Path, gua
     shutil.copy(TESTS, tmp_path / "tests.yaml")
     proc = run_promtool("test", "rules", "tests.yaml", cwd=tmp_path)
     assert proc.returncode != 0, "the small-sample test did not notice a missing guard"
+    assert "FAILED" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(("fixed", "unweighted"), [
+    # Wilson bounds from the raw count: too narrow on a series mixing sample rates, so a
+    # dip the effective sample cannot resolve fires EvalstreamPassRateDrop.
+    ("/ route_evaluator:evalstream_evaluations:effective_n5m",
+     "/ route_evaluator:evalstream_evaluations:increase5m"),
+    # The minimum-n guard on the raw count: 40 results, 5.7 effective, fire.
+    ("and route_evaluator:evalstream_evaluations:effective_n5m >= 30",
+     "and route_evaluator:evalstream_evaluations:increase5m >= 30"),
+    # The share from unweighted labels leans to the most sampled stratum: a spike in a
+    # rarely sampled one (most of the traffic) is missed.
+    ("increase(evalstream_labels_weighted_total{", "increase(evalstream_labels_total{"),
+    # The share's bound from the raw label count: too narrow (the figure changes).
+    ("/ route:evalstream_topic_labels:effective_n5m", "/ route:evalstream_topic_labels:increase5m"),
+], ids=["pass-rate-bounds", "pass-rate-guard", "label-share", "label-share-bound"])
+def test_mixed_rate_tests_fail_with_unweighted_counts(tmp_path: Path, fixed: str,
+                                                      unweighted: str) -> None:
+    """With route strata one series mixes sample rates: the promtool tests pin the
+    effective sample size (sum w)^2 / sum w^2 and the weighted label share."""
+    text = RULES.read_text(encoding="utf-8")
+    assert fixed in text
+    (tmp_path / "rules.yaml").write_text(text.replace(fixed, unweighted), encoding="utf-8")
+    shutil.copy(TESTS, tmp_path / "tests.yaml")
+    proc = run_promtool("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert proc.returncode != 0, f"no promtool test noticed {unweighted!r}"
     assert "FAILED" in proc.stdout + proc.stderr
 
 
