@@ -93,7 +93,9 @@ def build() -> dict[str, object]:
     board = board.with_panel(_ts(
         "Pass rate, all replicas (5m) with 95% Wilson interval",
         "Weighted by 1/sample_rate, summed over every replica (recording rules). The band is "
-        "the 95% Wilson interval from the number of evaluations in the window.",
+        "the 95% Wilson interval from the effective number of evaluations in the window, "
+        "(sum w)^2 / sum w^2: the count itself at one sample rate, fewer where strata mix "
+        "rates (the panel 'Evaluations in window, all replicas').",
         "percentunit",
         _q(f"route_evaluator:evalstream_pass_rate:ratio_rate5m{{{SEL}}}",
            "{{route}} / {{evaluator}}", "A"),
@@ -122,9 +124,21 @@ def build() -> dict[str, object]:
         _q(f'evalstream_pass_rate_samples{{{SEL}, window=~"$window"}}',
            "{{route}} / {{evaluator}} {{window}} {{instance}}")))
     board = board.with_panel(_ts(
+        "Evaluations in window, all replicas (5m): effective and counted",
+        "What the pass-rate band and the alerts' minimum-n guards use: the effective sample "
+        "size (sum w)^2 / sum w^2 of the weighted pass rate, beside the evaluations counted. "
+        "Equal at one sample rate; where a route's strata mix rates, a few heavily weighted "
+        "(rarely sampled) results count for less.",
+        "short",
+        _q(f"route_evaluator:evalstream_evaluations:effective_n5m{{{SEL}}}",
+           "effective {{route}} / {{evaluator}}", "A"),
+        _q(f"route_evaluator:evalstream_evaluations:increase5m{{{SEL}}}",
+           "counted {{route}} / {{evaluator}}", "B")))
+    board = board.with_panel(_ts(
         "Off-topic share (topic evaluator, 5m)",
         "Share of conversations labelled 'other' by the evaluator named 'topic' in the "
-        "routes (the recording rules select evaluator=\"topic\"), all replicas.",
+        "routes (the recording rules select evaluator=\"topic\"), all replicas, weighted by "
+        "1/sample_rate; the lower 95% bound uses its effective sample size.",
         "percentunit",
         _q('route:evalstream_topic_other_share:ratio_rate5m{route=~"$route"}', "{{route}}",
            "A"),

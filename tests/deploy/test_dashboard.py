@@ -73,6 +73,7 @@ def test_dashboard_covers_what_operators_watch() -> None:
     for needle in (
         "evalstream_pass_rate:ratio_rate5m", "evalstream_pass_rate:lower95_5m",
         "evalstream_pass_rate_upper", "evalstream_pass_rate_samples",
+        "evalstream_evaluations:effective_n5m",
         "evalstream_evaluations_total", "evalstream_events_skipped_total",
         "evalstream_judge_latency_seconds_bucket", "evalstream_judge_cost_usd_total",
         "evalstream_judge_requests_total", "evalstream_consumer_lag_messages",
