@@ -46,8 +46,9 @@ class TokenBucket:
         order), or the bucket holds too few tokens."""
         if self._takers:
             return True
-        tokens = min(self.capacity, self._tokens + (self._clock() - self._stamp) * self.rate)
-        return tokens < min(amount, self.capacity)
+        # The refill take() would do first, done here: one formula for the balance.
+        self._refill()
+        return self._tokens < min(amount, self.capacity)
 
     def _refill(self) -> None:
         now = self._clock()
