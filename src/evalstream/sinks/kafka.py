@@ -107,8 +107,8 @@ class KafkaSink:
         #: The OTel copy's scope version (evalstream's), looked up once and only when on.
         self._version = ""
         if topics.otel_results:
-            # Here, not at import: the version lookup (importlib.metadata) costs a start-up
-            # that does not write OTel events nothing.
+            # Here, not at import: a start-up that writes no OTel events does not pay for
+            # the version lookup (importlib.metadata).
             from evalstream import __version__
             self._version = __version__
 

@@ -167,9 +167,8 @@ def _fill(record: LogRecord, result: EvalResult, observed_ns: int) -> None:
 def _template(service_name: str, scope_version: str,
               shared: tuple[tuple[str, Value], ...]) -> bytes:
     """The request with its resource, scope and one record holding only its event name and
-    ``shared``, as
-    bytes: parsing them back costs one call, where building them costs a call per field
-    (about half the encoding time of a result, bench/otel_results.py)."""
+    ``shared``, as bytes: parsing them back costs one call, where building them costs a call
+    per field (about half the encoding time of a result, bench/otel_results.py)."""
     request = ExportLogsServiceRequest()
     resource_logs = request.resource_logs.add()
     resource_logs.resource.attributes.add(
