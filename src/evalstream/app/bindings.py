@@ -74,6 +74,10 @@ class BoundEvaluator:
     #: The configured name of its judge (``EvaluatorSpec.judge``): the ``judge`` label of
     #: the canary calibration metrics.
     judge: str = "builtin"
+    #: Per label value (``labels`` keeps them few), ``inc`` of its label and weighted-label
+    #: counter children: bound at a value's first result, not looked up for every one.
+    label_incs: dict[str, tuple[Callable[[float], None], Callable[[float], None]]] = field(
+        default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
