@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pydantic_core
+
 from evalstream.app.calibration import CanaryGold
 from evalstream.config import EvaluatorSpec, Route, Settings
 from evalstream.config.judges import judge_identity
@@ -152,6 +154,22 @@ class RouteRuntime:
         yield from self.planned
         for _, planned in self.strata.values():
             yield from planned
+
+    def widest_planned(self) -> list[Planned]:
+        """Per evaluator, of the evaluations that publish (rate > 0), the one whose rate
+        is the longest in a result's JSON: its error results differ only in that number,
+        so this one's is the largest. (One per stratum, 10,000 strata made 10,000 error
+        results per evaluator to build and size at start-up.)"""
+        widest: dict[str, tuple[int, Planned]] = {}
+        for planned in self.every_planned():
+            if planned.sample_rate <= 0.0:
+                continue
+            # The serializer of EvalResult's JSON (pydantic-core's), for its exact text.
+            width = len(pydantic_core.to_json(planned.sample_rate))
+            label = planned.bound.label  # unique in a route
+            if label not in widest or width > widest[label][0]:
+                widest[label] = (width, planned)
+        return [planned for _, planned in widest.values()]
 
 
 def build_routes(settings: Settings, judges: Mapping[str, Judge], metrics: Metrics,

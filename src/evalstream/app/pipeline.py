@@ -315,7 +315,8 @@ class Pipeline:
         return EvalResult(**fields, status="error", error=error[:_MAX_ERROR_CHARS])
 
     def largest_error_results(self) -> list[EvalResult]:
-        """Per configured evaluation, the largest error result :meth:`failed` can build.
+        """Per configured evaluation, the largest error result :meth:`failed` can build
+        (at its longest rate, when a route's strata give it several: ``widest_planned``).
 
         Every clipped field (ids, session, app, attributes, error) at its limit, of the
         character JSON writes longest (a control character: 6 bytes as ``\\u0000``), and
@@ -331,8 +332,7 @@ class Pipeline:
         error = widest * _MAX_ERROR_CHARS
         # A rate of 0 publishes nothing (canaries included), and a result's rate is > 0.
         return [self.failed(event, planned, error)
-                for runtime in self._routes for planned in runtime.every_planned()
-                if planned.sample_rate > 0.0]
+                for runtime in self._routes for planned in runtime.widest_planned()]
 
     def record(self, planned: Planned, result: EvalResult) -> None:
         """Count a result of ``planned`` that is now durable: its outcome (``passed``,
