@@ -121,7 +121,7 @@ class RouteRuntime:
     route: Route
     evaluators: tuple[BoundEvaluator, ...]
     #: ``inc`` of the route's ``evalstream_events_sampled_total`` child.
-    sampled: Any
+    sampled: Callable[[float], None]
     #: The route's effective rate (global x route; both fixed by the settings); with
     #: ``strata``, that of the strata it does not list.
     rate: float
