@@ -195,7 +195,7 @@ async def test_run_scores_with_scripted_judge_and_gold(tmp_path: Path) -> None:
     assert {r.evaluator for r in results} == {"refusal", "toxicity"}
     refusal = summary.by_key[("all", "refusal")]
     toxicity = summary.by_key[("all", "toxicity")]
-    assert refusal.passed == 1
+    assert refusal.weight_passed == 1.0  # sampled at 1: the count of passes
     assert refusal.graded == 3
     assert sorted(refusal.correct) == [False, True, True]
     assert len(judge.requests) == 6
@@ -313,7 +313,7 @@ def test_summary_binary_and_label_figures() -> None:
     summary = Summary()
     summary.add(_result(score=1.0, passed=True), None)
     assert "| x | y | 1 | 0 |" in summary.markdown()
-    assert math.isclose(summary.by_key[("x", "y")].score_sum, 1.0)
+    assert math.isclose(summary.by_key[("x", "y")].score_weighted, 1.0)
 
 
 def test_main_with_config_flat_events_and_judge_override(tmp_path: Path) -> None:

@@ -61,9 +61,7 @@ class EvaluatorSummary:
     evaluator: str
     n: int = 0
     errors: int = 0
-    passed: int = 0
     graded: int = 0
-    score_sum: float = 0.0
     scored: int = 0
     #: The graded results weighted by 1/sample_rate (sum of weights, of squared weights,
     #: of passing weights), and the scored ones (weights, weighted scores): a route's
@@ -91,13 +89,11 @@ class EvaluatorSummary:
         weight = 1.0 / result.sample_rate
         if result.passed is not None:
             self.graded += 1
-            self.passed += int(result.passed)
             self.weight += weight
             self.weight2 += weight * weight
             self.weight_passed += weight * result.passed
         if result.score is not None:
             self.scored += 1
-            self.score_sum += result.score
             self.score_weight += weight
             self.score_weighted += weight * result.score
         comparison = compare(result, gold) if gold is not None else None
