@@ -88,13 +88,14 @@ class PauseGate:
     the others wait for its outcome (:meth:`settle`): rate limited again, a new pause has
     been set and they wait it out; anything else lifts the pause for all. So while a
     server keeps rate limiting, about one request per pause reaches it, not every waiting
-    request at once. Any request answered other than with a 429 (probe or not) lifts it.
+    request at once. Any request answered other than rate limited (probe or not) lifts it:
+    a 429 that is no rate limit (``insufficient_quota``: no credit) lifts it too.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic,
                  rng: random.Random | None = None) -> None:
         self._until = 0.0
-        # A pause was held and no request has been answered (other than with a 429) since.
+        # A pause was held and no request has been answered (other than rate limited) since.
         self._tripped = False
         self._probing = False
         self._settled = asyncio.Event()
@@ -143,8 +144,8 @@ class PauseGate:
             await self._settled.wait()
 
     def settle(self, probe: bool, *, rate_limited: bool) -> None:
-        """A request's outcome: ``rate_limited`` (a 429; :meth:`hold` was called for it
-        first) keeps the judge paused; any other answer lifts the pause's hold."""
+        """A request's outcome: ``rate_limited`` (a retryable 429; :meth:`hold` was called
+        for it first) keeps the judge paused; any other answer lifts the pause's hold."""
         if not rate_limited:
             self._tripped = False
         if probe or not rate_limited:
