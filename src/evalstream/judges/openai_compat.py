@@ -7,7 +7,8 @@ logprobs the judge asks for a strict JSON answer.
 
 Every request goes through the same path (``openai_send.RequestSender.send``): the
 judge-wide pause after rate limiting (waits while paused; a 429 is retried until the
-deadline with ``rate_limit_retry: until_deadline``), circuit breaker (waits while open),
+deadline with ``rate_limit_retry: until_deadline``, but for ``insufficient_quota``, which
+fails at once), circuit breaker (waits while open),
 rate limits (token buckets), a concurrency slot
 (``max_concurrency``), the HTTP call, classification of the outcome (the backend decides
 what is retryable: ``should_retry``), jittered backoff honouring ``Retry-After``. The

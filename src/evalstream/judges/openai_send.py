@@ -15,7 +15,9 @@ Rate limiting (HTTP 429) is the server asking for less, not a failure: with
 and becomes consumer lag. And one 429 speaks for the whole judge: its ``Retry-After``
 (at most ``backoff_max_s``), or a backoff once 429s come in a row without one, pauses
 every request of the judge (``resilience.PauseGate``), instead of each request finding
-out with a 429 of its own.
+out with a 429 of its own. A 429 whose error is ``insufficient_quota`` is the exception:
+the account is out of credit, which no wait brings back, so it fails its request at once
+and pauses nothing (``openai_wire.QuotaExhaustedError``).
 
 A request that waits before it is sent (at the pause, the breaker, a token bucket, or in
 its backoff before a retry) holds that wait in the judge's ``waits.StoppableWaits``: a stop
