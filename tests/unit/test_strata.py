@@ -4,6 +4,7 @@ at, and the checks that keep a stratum from being a silent filter."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,19 @@ def test_bad_strata_are_refused_naming_the_field(strata: dict[str, Any], needle:
     with pytest.raises(ConfigError) as info:
         settings(routes=[route(strata)])
     assert needle in str(info.value)
+
+
+@pytest.mark.parametrize(("strata", "says"), [
+    ({"by": "  ", "rates": {"a": 0.1}}, "app, topic, or an event attribute"),
+    ({"by": "", "rates": {"a": 0.1}}, "app, topic, or an event attribute"),
+    ({"by": "tenant", "rates": {}}, "give at least one `value: rate`, or remove strata"),
+])
+def test_an_empty_strata_field_says_what_belongs_there(strata: dict[str, Any],
+                                                        says: str) -> None:
+    # pydantic's own words ("String should match pattern '\\S'", "Dictionary should have
+    # at least 1 item") named no remedy.
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        settings(routes=[route(strata)])
 
 
 @pytest.mark.parametrize(("key", "kind"), [(42, "a number"), (True, "a boolean"),

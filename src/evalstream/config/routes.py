@@ -150,16 +150,29 @@ class Strata(Section):
 
     #: ``app`` or ``topic`` (the event's app, the topic it was read from), else the name of
     #: an event attribute, e.g. ``tenant`` or ``gen_ai.request.model``.
-    by: str = Field(min_length=1, pattern=r"\S")
+    by: str
     #: Stratum value -> its rate (global x this x an evaluator's own, as the route's); 0
     #: turns the stratum off. Unlisted values, and events without one, take the route's
     #: ``sample_rate``. Bounded: the evaluations of each are built once, at start-up.
     rates: dict[str, Annotated[float, Field(ge=0.0, le=1.0)]] = Field(min_length=1,
                                                                        max_length=10_000)
 
+    @field_validator("by")
+    @classmethod
+    def _named(cls, by: str) -> str:
+        # pydantic's own words for a blank one ("String should match pattern '\S'") did
+        # not say what belongs here.
+        if not by.strip():
+            raise ValueError("empty: name what picks an event's stratum: app, topic, or an "
+                             "event attribute (e.g. tenant)")
+        return by
+
     @field_validator("rates", mode="before")
     @classmethod
     def _text_values(cls, value: object) -> object:
+        if isinstance(value, dict) and not value:
+            raise ValueError("no stratum listed: give at least one `value: rate`, or remove "
+                             "strata")
         # YAML reads `rates: {42: 0.5}` (a numeric tenant id) with an int key, `yes`/`true`
         # with a bool one; pydantic's "Input should be a valid string" at `rates.1.[key]`
         # (True shows as 1) hid why. Stratum values are compared with the event's text.
