@@ -113,7 +113,7 @@ async def test_stop_waiting_cancels_the_waiters_and_any_later_ones() -> None:
     async with asyncio.timeout(5):
         while cap.waiting == 0:
             await asyncio.sleep(0.001)
-    cap.stop_waiting()
+    cap.waits.stop()
     async with asyncio.timeout(1):
         with pytest.raises(asyncio.CancelledError):
             await waiter
@@ -138,7 +138,7 @@ async def test_stop_waiting_for_some_scopes_cancels_only_their_waits() -> None:
     async with asyncio.timeout(5):
         while cap.waiting < 2:
             await asyncio.sleep(0.001)
-    cap.stop_waiting({"p0"})
+    cap.waits.stop({"p0"})
     # Not ``pytest.raises(CancelledError)`` under ``asyncio.timeout``: the timeout's own
     # cancellation would satisfy it.
     await asyncio.wait([revoked], timeout=1)
@@ -149,7 +149,7 @@ async def test_stop_waiting_for_some_scopes_cancels_only_their_waits() -> None:
     await asyncio.sleep(0.01)
     assert not later.done()
     assert cap.waiting == 2
-    cap.stop_waiting()
+    cap.waits.stop()
     await asyncio.gather(kept, later, return_exceptions=True)
     assert kept.cancelled()
     assert later.cancelled()
@@ -172,7 +172,7 @@ async def test_a_wait_that_starts_in_a_scope_already_given_up_is_refused_at_once
         WAIT_SCOPE.set(scope)
         await cap.wait_for_room()
 
-    cap.stop_waiting({revoked})
+    cap.waits.stop({revoked})
     late = asyncio.create_task(wait_in(revoked))
     await asyncio.wait([late], timeout=1)
     assert late.cancelled()  # refused: it never waited
@@ -181,7 +181,7 @@ async def test_a_wait_that_starts_in_a_scope_already_given_up_is_refused_at_once
     await asyncio.sleep(0.01)
     assert not kept.done()
     assert cap.waiting == 1
-    cap.stop_waiting()
+    cap.waits.stop()
     await asyncio.gather(kept, return_exceptions=True)
     assert kept.cancelled()
 

@@ -674,7 +674,7 @@ class CappedJudge(NullJudge):
         raise AssertionError("the window never frees")
 
     def stop_waiting(self, scopes: Collection[Hashable] | None = None) -> None:
-        self.cap.stop_waiting(scopes)
+        self.cap.waits.stop(scopes)
 
 
 def capped_worker(records: list[RawRecord]) -> tuple[Worker, MemorySource, MemorySink,

@@ -24,7 +24,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Collection, Hashable
+from collections.abc import Awaitable, Callable
 
 from evalstream.errors import JudgeSpendCapError
 from evalstream.judges.waits import StoppableWaits
@@ -185,7 +185,7 @@ class SpendCap:
 
         Raises:
             asyncio.CancelledError: the worker is stopping, or this wait's scope was given
-                up (:meth:`stop_waiting`).
+                up (``StoppableWaits.stop`` on :attr:`waits`).
         """
         with self.waits.holding():
             self._waiting += 1
@@ -204,10 +204,3 @@ class SpendCap:
                              cap_usd=self.cap_usd, spent_usd=round(spent, 6),
                              release_in_s=round(release, 1))
             await self._sleep(max(release, _MIN_RECHECK_S))
-
-    def stop_waiting(self, scopes: Collection[Hashable] | None = None) -> None:
-        """Cancel the requests waiting (for room, and the judge's other waits held in
-        :attr:`waits`): all, and any that would start (``scopes`` None: the worker is
-        stopping), or those of the partitions ``scopes`` names (see
-        ``StoppableWaits.stop``). Their evaluations are redelivered rather than waited for."""
-        self.waits.stop(scopes)
