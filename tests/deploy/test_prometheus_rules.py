@@ -63,6 +63,9 @@ def test_unit_tests_cover_spike_quiet_and_small_sample() -> None:
     # Session windows cut short: fires on a steady share, quiet on few windows.
     assert "EvalstreamSessionsCutShort" in fired
     assert "EvalstreamSessionsCutShort" in silent
+    # OTel copies given up: fires on a rejection, quiet on standing counts and restarts.
+    assert "EvalstreamOtelResultsRejected" in fired
+    assert "EvalstreamOtelResultsRejected" in silent
 
 
 @pytest.mark.parametrize("guard", [
