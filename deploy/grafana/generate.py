@@ -304,6 +304,16 @@ def build() -> dict[str, object]:
         _q(f"histogram_quantile(0.95, sum by (le) "
            f"(rate(evalstream_end_to_end_lag_seconds_bucket[{RATE}])))", "e2e lag p95 (s)",
            "B"), width=8))
+    # Counts, not a rate: a few copies an hour would read as a flat line near 0 ops.
+    board = board.with_panel(_ts(
+        "OTel result copies given up (15m)",
+        "OpenTelemetry copies of results (topics.otel_results) the broker refused for good "
+        "(too large, a topic policy): their results are published, the OTel topic misses "
+        "them. Any is EvalstreamOtelResultsRejected; otel_result_rejected log lines name "
+        "the result_id and the error.",
+        "short",
+        _q("sum(increase(evalstream_otel_results_rejected_total[15m]))", "given up"),
+        width=8, lo=0))
 
     board = board.with_row(dash.Row("Drift"))
     board = board.with_panel(_stat(

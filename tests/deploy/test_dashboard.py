@@ -83,7 +83,7 @@ def test_dashboard_covers_what_operators_watch() -> None:
         "evalstream_canary_brier:mean1h", "evalstream_canary_evaluations_total",
         "evalstream_judge_rate_limit_paused_seconds_total",
         "evalstream_sessions_open", "evalstream_sessions_closed_total",
-        "evalstream_sessions_cut_short:ratio1h",
+        "evalstream_sessions_cut_short:ratio1h", "evalstream_otel_results_rejected_total",
     ):
         assert needle in joined, needle
 
