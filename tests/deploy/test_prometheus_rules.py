@@ -1,5 +1,6 @@
 """The Prometheus rules pass `promtool check rules` and their unit tests (spike, quiet,
-small-sample), the tests have teeth, and the Helm chart ships an identical copy."""
+small-sample), the tests have teeth (each fix undone fails the test groups meant to catch it,
+run alone), and the Helm chart ships an identical copy."""
 
 from __future__ import annotations
 
@@ -68,83 +69,135 @@ def test_unit_tests_cover_spike_quiet_and_small_sample() -> None:
     assert "EvalstreamOtelResultsRejected" in silent
 
 
-@pytest.mark.parametrize("guard", [
-    "and route:evalstream_topic_labels:effective_n5m >= 30",
-    "and route_evaluator:evalstream_evaluations:effective_n5m >= 30",
-    "and (route:evalstream_topic_labels:effective_n1h offset 5m) >= 100",
-    "and route_evaluator_judge:evalstream_canary_compared:increase1h >= 20",
-    "and ignoring (reason) route:evalstream_sessions_closed:increase1h >= 20",
-])
-def test_small_sample_tests_fail_without_the_minimum_n_guard(tmp_path: Path, guard: str) -> None:
-    text = RULES.read_text(encoding="utf-8")
-    assert guard in text
-    (tmp_path / "rules.yaml").write_text(text.replace(guard, ""), encoding="utf-8")
-    shutil.copy(TESTS, tmp_path / "tests.yaml")
-    proc = run_promtool("test", "rules", "tests.yaml", cwd=tmp_path)
-    assert proc.returncode != 0, "the small-sample test did not notice a missing guard"
-    assert "FAILED" in proc.stdout + proc.stderr
+def group_files(directory: Path, rules: str, groups: tuple[str, ...]) -> list[str]:
+    """Write `rules`, and each tests.yaml group named in `groups` as a test file of its own,
+    to `directory`; return the test files' names.
+
+    promtool 2.42 has no flag selecting test groups, and the whole tests.yaml takes ~18 s
+    a run, so a breakage runs just the group(s) meant to catch it. One file per group: the
+    failure of an `exp_samples` check does not name its group, its file does.
+    """
+    doc = yaml.safe_load(TESTS.read_text(encoding="utf-8"))
+    by_name = {case["name"]: case for case in doc["tests"]}
+    assert set(groups) <= set(by_name), sorted(set(groups) - set(by_name))
+    (directory / "rules.yaml").write_text(rules, encoding="utf-8")
+    names = []
+    for group in groups:
+        # rule_files resolve against the test file's directory: the copy beside it.
+        reduced = {**doc, "rule_files": ["rules.yaml"], "tests": [by_name[group]]}
+        name = f"tests-{group}.yaml"
+        (directory / name).write_text(yaml.safe_dump(reduced, sort_keys=False, width=1000),
+                                      encoding="utf-8")
+        names.append(name)
+    return names
 
 
-@pytest.mark.parametrize(("fixed", "unweighted"), [
-    # Wilson bounds from the raw count: too narrow on a series mixing sample rates, so a
-    # dip the effective sample cannot resolve fires EvalstreamPassRateDrop.
-    ("/ route_evaluator:evalstream_evaluations:effective_n5m",
-     "/ route_evaluator:evalstream_evaluations:increase5m"),
-    # The minimum-n guard on the raw count: 40 results, 5.7 effective, fire.
-    ("and route_evaluator:evalstream_evaluations:effective_n5m >= 30",
-     "and route_evaluator:evalstream_evaluations:increase5m >= 30"),
-    # The share from unweighted labels leans to the most sampled stratum: a spike in a
-    # rarely sampled one (most of the traffic) is missed.
-    ("increase(evalstream_labels_weighted_total{", "increase(evalstream_labels_total{"),
-    # The share's bound from the raw label count: too narrow (the figure changes).
-    ("/ route:evalstream_topic_labels:effective_n5m", "/ route:evalstream_topic_labels:increase5m"),
-], ids=["pass-rate-bounds", "pass-rate-guard", "label-share", "label-share-bound"])
-def test_mixed_rate_tests_fail_with_unweighted_counts(tmp_path: Path, fixed: str,
-                                                      unweighted: str) -> None:
-    """With route strata one series mixes sample rates: the promtool tests pin the
-    effective sample size (sum w)^2 / sum w^2 and the weighted label share."""
-    text = RULES.read_text(encoding="utf-8")
-    assert fixed in text
-    (tmp_path / "rules.yaml").write_text(text.replace(fixed, unweighted), encoding="utf-8")
-    shutil.copy(TESTS, tmp_path / "tests.yaml")
-    proc = run_promtool("test", "rules", "tests.yaml", cwd=tmp_path)
-    assert proc.returncode != 0, f"no promtool test noticed {unweighted!r}"
-    assert "FAILED" in proc.stdout + proc.stderr
+def run_groups(directory: Path, files: list[str]) -> dict[str, str]:
+    """Run promtool once on `files`; return each file's report ("SUCCESS" or the failures)."""
+    # promtool prints "Unit Testing:" on stdout but FAILED and the failures on stderr:
+    # one pipe for both keeps each report after its file's header.
+    proc = subprocess.run([promtool(), "test", "rules", *files], cwd=directory, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60,
+                          check=False)
+    reports = dict(re.findall(r"^Unit Testing: +(\S+)\n(.*?)(?=^Unit Testing:|\Z)",
+                              proc.stdout, re.MULTILINE | re.DOTALL))
+    assert set(reports) == set(files), proc.stdout
+    # A rule file that does not resolve is only a warning: every expected alert then fails.
+    assert "no file match pattern" not in proc.stdout, proc.stdout
+    assert (proc.returncode == 0) == all("SUCCESS" in r for r in reports.values()), proc.stdout
+    return reports
 
 
 JUDGE_FINISHED = 'rate(evalstream_judge_requests_total{outcome=~"ok|error|deadline"}[5m])'
 
-
-@pytest.mark.parametrize(("fixed", "broken"), [
+#: (id, text in rules.yaml, its broken replacement, the tests.yaml groups that must catch it).
+#: Each group named must fail, and the groups run are exactly these.
+BREAKAGES: list[tuple[str, str, str, tuple[str, ...]]] = [
+    # Minimum-n guards: without them a trickle of events gives a 100% share / 0% pass
+    # rate (or a thin baseline, few canaries, few session windows) that fires.
+    ("guard-label-share", "and route:evalstream_topic_labels:effective_n5m >= 30", "",
+     ("small-sample",)),
+    ("guard-pass-rate", "and route_evaluator:evalstream_evaluations:effective_n5m >= 30", "",
+     ("small-sample", "few-heavy-weights")),
+    ("guard-baseline", "and (route:evalstream_topic_labels:effective_n1h offset 5m) >= 100", "",
+     ("thin-baseline",)),
+    ("guard-canaries", "and route_evaluator_judge:evalstream_canary_compared:increase1h >= 20",
+     "", ("few-canaries",)),
+    ("guard-sessions", "and ignoring (reason) route:evalstream_sessions_closed:increase1h >= 20",
+     "", ("sessions-few-windows",)),
+    # With route strata one series mixes sample rates: the tests pin the effective sample
+    # size (sum w)^2 / sum w^2 and the weighted label share.
+    # Wilson bounds from the raw count: too narrow on a series mixing sample rates, so a
+    # dip the effective sample cannot resolve fires EvalstreamPassRateDrop.
+    ("pass-rate-bounds", "/ route_evaluator:evalstream_evaluations:effective_n5m",
+     "/ route_evaluator:evalstream_evaluations:increase5m", ("mixed-rate-no-drop",)),
+    # The minimum-n guard on the raw count: 40 results, 5.7 effective, fire.
+    ("pass-rate-guard", "and route_evaluator:evalstream_evaluations:effective_n5m >= 30",
+     "and route_evaluator:evalstream_evaluations:increase5m >= 30", ("few-heavy-weights",)),
+    # The share from unweighted labels leans to the most sampled stratum: a spike in a
+    # rarely sampled one (most of the traffic) is missed.
+    ("label-share", "increase(evalstream_labels_weighted_total{",
+     "increase(evalstream_labels_total{", ("mixed-rate-labels",)),
+    # The share's bound from the raw label count: too narrow (the figure changes).
+    ("label-share-bound", "/ route:evalstream_topic_labels:effective_n5m",
+     "/ route:evalstream_topic_labels:increase5m", ("mixed-rate-labels",)),
+    # Availability and denominator fixes.
     # Dividing by every attempt (retry, rate_limited too) dilutes the failure share.
-    (JUDGE_FINISHED, "rate(evalstream_judge_requests_total[5m])"),
+    ("judge-denominator", JUDGE_FINISHED, "rate(evalstream_judge_requests_total[5m])",
+     ("judge-errors-finished-calls", "judge-outage")),
     # Without absent() a fleet whose series all vanished (dead or hung) never alerts.
-    ("or absent(evalstream_ready unless on (job, instance) evalstream_labels_pending)", ""),
+    ("absent", "or absent(evalstream_ready unless on (job, instance) evalstream_labels_pending)",
+     "", ("all-gone",)),
     # A ready label joiner kept EvalstreamDown quiet beside dead workers, and its lag (an
     # hour of results waiting for labels, by design) fired EvalstreamConsumerLagHigh.
-    (" unless on (job, instance) evalstream_labels_pending", ""),
+    ("joiner-excluded", " unless on (job, instance) evalstream_labels_pending", "",
+     ("label-joiner", "dead-letters")),
     # A job selector that only knows one naming misses the operator's default job name.
-    ('up{job=~".*evalstream.*"}', 'up{job="evalstream"}'),
+    ("job-selector", 'up{job=~".*evalstream.*"}', 'up{job="evalstream"}', ("all-gone",)),
     # Alerting on any commit error pages on every rebalance.
-    (">= sum without (outcome) (", "> 0 * sum without (outcome) ("),
+    ("commit-ratio", ">= sum without (outcome) (", "> 0 * sum without (outcome) (",
+     ("offset-commits",)),
     # A breaker that closes in between is not stuck open.
-    ("min_over_time(evalstream_judge_circuit_state",
-     "max_over_time(evalstream_judge_circuit_state"),
+    ("circuit-min", "min_over_time(evalstream_judge_circuit_state",
+     "max_over_time(evalstream_judge_circuit_state", ("circuit-breakers",)),
     # ECE takes |correct - confidence| per bin over ALL replicas: per replica, the over-
     # and under-confidence of two replicas' halves of a bin would add instead of cancel.
-    ("sum by (route, evaluator, judge, bin) (",
-     "sum by (route, evaluator, judge, bin, instance) ("),
-], ids=["judge-denominator", "absent", "joiner-excluded", "job-selector", "commit-ratio",
-        "circuit-min", "ece-per-bin"])
-def test_availability_tests_fail_without_the_fix(tmp_path: Path, fixed: str, broken: str) -> None:
-    """Each availability/denominator fix is pinned by a promtool test that fails without it."""
+    ("ece-per-bin", "sum by (route, evaluator, judge, bin) (",
+     "sum by (route, evaluator, judge, bin, instance) (", ("canary-calibration",)),
+]
+
+
+@pytest.mark.parametrize(("fixed", "broken", "groups"), [b[1:] for b in BREAKAGES],
+                         ids=[b[0] for b in BREAKAGES])
+def test_promtool_tests_fail_without_the_fix(tmp_path: Path, fixed: str, broken: str,
+                                             groups: tuple[str, ...]) -> None:
+    """Each guard, weighting and availability fix is pinned by the promtool test group(s)
+    meant to catch it: with the fix undone, every one of those groups fails."""
     text = RULES.read_text(encoding="utf-8")
     assert fixed in text
-    (tmp_path / "rules.yaml").write_text(text.replace(fixed, broken), encoding="utf-8")
-    shutil.copy(TESTS, tmp_path / "tests.yaml")
-    proc = run_promtool("test", "rules", "tests.yaml", cwd=tmp_path)
-    assert proc.returncode != 0, f"no promtool test noticed {broken!r}"
-    assert "FAILED" in proc.stdout + proc.stderr
+    files = group_files(tmp_path, text.replace(fixed, broken), groups)
+    for name, report in run_groups(tmp_path, files).items():
+        assert "FAILED" in report, f"{name} did not notice {broken!r} for {fixed!r}"
+
+
+def test_selected_groups_pass_on_the_real_rules(tmp_path: Path) -> None:
+    """The reduced test files the breakage tests run pass on the unbroken rules, so their
+    failures come from the breakage, not from the reduction (a bad path, a lost check)."""
+    groups = tuple(sorted({g for b in BREAKAGES for g in b[3]}))
+    files = group_files(tmp_path, RULES.read_text(encoding="utf-8"), groups)
+    for name in files:
+        doc = yaml.safe_load((tmp_path / name).read_text(encoding="utf-8"))
+        assert len(doc["tests"]) == 1, name
+    for name, report in run_groups(tmp_path, files).items():
+        assert "SUCCESS" in report, (name, report)
+
+
+def test_test_groups_are_named_uniquely() -> None:
+    """The breakage tests select groups by name: every group needs a distinct one."""
+    doc = yaml.safe_load(TESTS.read_text(encoding="utf-8"))
+    names = [case.get("name") for case in doc["tests"]]
+    assert all(names), "every tests.yaml group needs a name"
+    assert len(set(names)) == len(names), sorted(n for n in names if names.count(n) > 1)
 
 
 def metric_labels() -> dict[str, frozenset[str]]:
