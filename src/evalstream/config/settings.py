@@ -218,8 +218,7 @@ class Settings(BaseSettings):
         # read, dead-lettered again and so on for ever (one bad message made 25 in 10 s),
         # and results or alerts read back as traces are evaluated (or dead-lettered) in turn.
         inputs = {i.topic for i in self.inputs}
-        for field in ("results", "dead_letter", "alerts", "otel_results"):
-            topic = getattr(self.topics, field)
+        for field, topic in self.topics.outputs():
             if topic in inputs:
                 raise ValueError(f"topics.{field}: {topic!r} is also an input topic (under "
                                  f"`inputs`): the worker would consume its own output, in a "
@@ -232,10 +231,7 @@ class Settings(BaseSettings):
         # is the results topic would read each result as a (bad) label, one that is an input
         # would feed labels to the workers as traces, and the workers' group would hand the
         # joiner their input partitions.
-        taken = [("topics.results", self.topics.results),
-                 ("topics.dead_letter", self.topics.dead_letter),
-                 ("topics.alerts", self.topics.alerts),
-                 ("topics.otel_results", self.topics.otel_results),
+        taken = [*((f"topics.{field}", topic) for field, topic in self.topics.outputs()),
                  *(("an input topic", i.topic) for i in self.inputs)]
         for field, topic in taken:
             if topic == self.labels.topic:

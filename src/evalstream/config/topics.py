@@ -117,9 +117,17 @@ class TopicSettings(Section):
                 raise ValueError("otel_encoding: set, but otel_results is empty (the OTel "
                                  "copy of results is off); set otel_results to a topic")
             return self
-        for field in ("results", "dead_letter", "alerts"):
-            if getattr(self, field) == self.otel_results:
+        for field, topic in self.outputs():
+            if field != "otel_results" and topic == self.otel_results:
                 # Consumers of either topic would read two shapes of message mixed.
                 raise ValueError(f"otel_results: {self.otel_results!r} is also topics.{field}; "
                                  f"the OTel copy of results needs a topic of its own")
         return self
+
+    def outputs(self) -> list[tuple[str, str]]:
+        """Every topic the worker writes, as (field, topic): results, dead letters, alerts,
+        then the OTel copy of results when it is on. The one list the checks that keep
+        outputs off the inputs and the labels topic go through."""
+        written = [("results", self.results), ("dead_letter", self.dead_letter),
+                   ("alerts", self.alerts)]
+        return [*written, ("otel_results", self.otel_results)] if self.otel_results else written
