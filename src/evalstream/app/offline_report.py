@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from evalstream.app.calibration import ECE_BINS, compare, confidence_bin
-from evalstream.drift.stats import wilson_interval
+from evalstream.drift.stats import weighted_share
 from evalstream.events import EvalResult
 
 __all__ = ["ECE_BINS", "EvaluatorSummary", "Summary", "expected_calibration_error",
@@ -113,8 +113,7 @@ class EvaluatorSummary:
             # Weighted as the worker's live pass rates (drift/stats.py): unbiased over
             # strata sampled at different rates, the interval on Kish's effective sample
             # size. With one rate, the plain share over ``graded`` results.
-            rate = self.weight_passed / self.weight
-            low, high = wilson_interval(rate, self.weight * self.weight / self.weight2)
+            rate, low, high = weighted_share(self.weight_passed, self.weight, self.weight2)
             row["pass rate (95% CI)"] = f"{rate:.3f} [{low:.3f}, {high:.3f}]"
         if self.scored:
             row["mean score"] = f"{self.score_weighted / self.score_weight:.3f}"

@@ -13,7 +13,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-__all__ = ["Z95", "SlidingCounts", "WindowStats", "wilson_interval"]
+__all__ = ["Z95", "SlidingCounts", "WindowStats", "weighted_share", "wilson_interval"]
 
 #: Two-sided 95% normal quantile.
 Z95 = 1.959963984540054
@@ -40,6 +40,20 @@ def wilson_interval(p: float, n: float, z: float = Z95) -> tuple[float, float]:
     centre = (p + z2 / (2.0 * n)) / denom
     half = z * math.sqrt(max(p * (1.0 - p) / n + z2 / (4.0 * n * n), 0.0)) / denom
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def weighted_share(w_hit: float, w: float, w2: float) -> tuple[float, float, float]:
+    """The weighted share of hits and its Wilson 95% interval on Kish's effective sample
+    size ``w**2 / w2``: ``(rate, lower, upper)``.
+
+    Args:
+        w_hit: Sum of the hits' weights.
+        w: Sum of all weights, > 0.
+        w2: Sum of the squared weights.
+    """
+    rate = min(1.0, max(0.0, w_hit / w))
+    lower, upper = wilson_interval(rate, w * w / w2)
+    return rate, lower, upper
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,9 +145,7 @@ class SlidingCounts:
         n_eff = w * w / w2
         if n < min_samples:
             return WindowStats(n, w, n_eff, None, None, None)
-        rate = min(1.0, max(0.0, w_hit / w))
-        lower, upper = wilson_interval(rate, n_eff)
-        return WindowStats(n, w, n_eff, rate, lower, upper)
+        return WindowStats(n, w, n_eff, *weighted_share(w_hit, w, w2))
 
     def __len__(self) -> int:
         return len(self._buckets)
