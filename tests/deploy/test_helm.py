@@ -73,17 +73,23 @@ def test_chart_lints_clean_in_strict_mode(values: dict[str, Any] | None) -> None
     assert problems == [], report
 
 
+def validate_manifest(doc: Manifest) -> None:
+    """Validate one rendered manifest: a custom resource against its CRD subset
+    (``crd_schemas.py``), a built-in kind with kubernetes-validate."""
+    key = (doc["apiVersion"], doc["kind"])
+    if key in CRD_SCHEMAS:
+        jsonschema.validate(doc, CRD_SCHEMAS[key])
+    else:
+        # strict: a misspelt or misplaced field is an error, not silently dropped.
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+
+
 @pytest.mark.parametrize("which", ["default", "all-on"])
 def test_every_manifest_validates(which: str, request: pytest.FixtureRequest) -> None:
     docs: list[Manifest] = request.getfixturevalue(f"{which.replace('-', '_')}_docs")
     checked: list[str] = []
     for doc in docs:
-        key = (doc["apiVersion"], doc["kind"])
-        if key in CRD_SCHEMAS:
-            jsonschema.validate(doc, CRD_SCHEMAS[key])
-        else:
-            # strict: a misspelt or misplaced field is an error, not silently dropped.
-            kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+        validate_manifest(doc)
         checked.append(doc["kind"])
     expected = {"ConfigMap", "Deployment", "Service", "ServiceAccount"}
     if which == "all-on":

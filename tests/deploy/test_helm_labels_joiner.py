@@ -16,13 +16,18 @@ from typing import Any
 
 import certifi
 import helm_python as helm
-import jsonschema
-import kubernetes_validate
 import pytest
 import yaml
 
-from tests.deploy.crd_schemas import CRD_SCHEMAS
-from tests.deploy.test_helm import ALL_ON, CHART, EVALSTREAM, KUBE_VERSION, Manifest, render
+from tests.deploy.test_helm import (
+    ALL_ON,
+    CHART,
+    EVALSTREAM,
+    KUBE_VERSION,
+    Manifest,
+    render,
+    validate_manifest,
+)
 
 WORKER = "es-evalstream"
 JOINER = "es-evalstream-labels"
@@ -74,11 +79,7 @@ def test_joiner_lints_and_validates(joiner_docs: list[Manifest]) -> None:
     assert report["errors"] == [], report
     assert [m for m in report["messages"] if m["severity"] >= 2] == [], report
     for doc in joiner_docs:
-        key = (doc["apiVersion"], doc["kind"])
-        if key in CRD_SCHEMAS:
-            jsonschema.validate(doc, CRD_SCHEMAS[key])
-        else:
-            kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+        validate_manifest(doc)
 
 
 def test_worker_selectors_never_select_the_joiner(joiner_docs: list[Manifest]) -> None:
