@@ -5,8 +5,9 @@ redelivered events are windowed again and evaluated once, whole."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -52,16 +53,23 @@ def worker(source: MemorySource, sink: MemorySink, gap_s: float,
     return Worker(settings, registry=CollectorRegistry(), source=source, sink=sink)
 
 
-async def run_until(w: Worker, done: Callable[[], bool], what: str) -> None:
-    """Run ``w`` until ``done()``, then stop it; it must exit cleanly."""
+@contextlib.asynccontextmanager
+async def serving(w: Worker) -> AsyncIterator[None]:
+    """Run ``w`` for the block (ready first), then stop it; it must exit cleanly."""
     ready = asyncio.Event()
     run = asyncio.create_task(w.run(ready))
     try:
         await asyncio.wait_for(ready.wait(), 5)
-        await wait_for(done, timeout=10, what=what)
+        yield
     finally:
         w.request_stop()
         assert await asyncio.wait_for(run, 10) == 0
+
+
+async def run_until(w: Worker, done: Callable[[], bool], what: str) -> None:
+    """Run ``w`` until ``done()``, then stop it; it must exit cleanly."""
+    async with serving(w):
+        await wait_for(done, timeout=10, what=what)
 
 
 async def test_a_revoke_abandons_open_sessions_at_once_and_they_are_redone_whole() -> None:
@@ -71,10 +79,7 @@ async def test_a_revoke_abandons_open_sessions_at_once_and_they_are_redone_whole
     w = worker(source, sink, gap_s=3)
     sessions = w.sessions
     assert sessions is not None
-    ready = asyncio.Event()
-    run = asyncio.create_task(w.run(ready))
-    try:
-        await asyncio.wait_for(ready.wait(), 5)
+    async with serving(w):
         await wait_for(lambda: sessions.store.open_count() == 2 and len(sink.results) == 1,
                        timeout=5, what="both sessions held, the plain event evaluated")
         started = time.monotonic()
@@ -91,9 +96,6 @@ async def test_a_revoke_abandons_open_sessions_at_once_and_they_are_redone_whole
         await w.on_assigned([TP0])
         await wait_for(lambda: source.committed.get(TP0) == 3 and source.committed.get(TP1) == 1,
                        timeout=10, what="both partitions committed to the end")
-    finally:
-        w.request_stop()
-        assert await asyncio.wait_for(run, 10) == 0
     by_session = {r.session_id: r for r in sink.results if r.session_id is not None}
     assert sorted(by_session) == ["a", "b"]
     assert len([r for r in sink.results if r.session_id == "a"]) == 1
@@ -268,17 +270,11 @@ async def test_a_route_with_a_short_gap_closes_on_time_beside_one_with_a_long_ga
         worker={"commit_interval_s": 0.05})
     source, sink = MemorySource([record(0, 0, None)]), MemorySink()  # no session
     w = Worker(settings, registry=CollectorRegistry(), source=source, sink=sink)
-    ready = asyncio.Event()
-    run = asyncio.create_task(w.run(ready))
-    try:
-        await asyncio.wait_for(ready.wait(), 5)
+    async with serving(w):
         await wait_for(lambda: len(sink.results) == 1, timeout=5, what="the plain event")
         await asyncio.sleep(0.1)  # the timer is asleep, with no window open
         source.add(record(0, 1, "a"))
         await wait_for(lambda: len(sink.results) == 2, timeout=5, what="chat's session closed")
-    finally:
-        w.request_stop()
-        assert await asyncio.wait_for(run, 10) == 0
 
 
 def record_with_output(offset: int, output: str) -> RawRecord:
@@ -298,10 +294,7 @@ async def revoke_while_evaluating(seconds: float, cancel: bool) -> tuple[float, 
                shutdown_timeout_s=3)
     sessions = w.sessions
     assert sessions is not None
-    ready = asyncio.Event()
-    run = asyncio.create_task(w.run(ready))
-    try:
-        await asyncio.wait_for(ready.wait(), 5)
+    async with serving(w):
         await wait_for(lambda: bool(sessions.tasks) and w.slots.count == 1, timeout=5,
                        what="the session's evaluation running")
         if cancel:
@@ -310,9 +303,6 @@ async def revoke_while_evaluating(seconds: float, cancel: bool) -> tuple[float, 
         started = time.monotonic()
         await source.revoke([TP0])
         took = time.monotonic() - started
-    finally:
-        w.request_stop()
-        assert await asyncio.wait_for(run, 10) == 0
     return took, source, sink
 
 
@@ -344,17 +334,11 @@ async def test_a_revoke_cancels_a_session_waiting_at_a_judge_spend_cap() -> None
         worker={"commit_interval_s": 0.05, "shutdown_timeout_s": 3})
     w = Worker(settings, registry=CollectorRegistry(), judges={"builtin": judge},
                source=source, sink=sink)
-    ready = asyncio.Event()
-    run = asyncio.create_task(w.run(ready))
-    try:
-        await asyncio.wait_for(ready.wait(), 5)
+    async with serving(w):
         await wait_for(lambda: judge.cap.waiting == 1, timeout=5, what="waiting at the cap")
         started = time.monotonic()
         await source.revoke([TP0])
         assert time.monotonic() - started < 2  # not the 3 s deadline
         assert judge.cap.waiting == 0
         assert source.committed.get(TP0, 0) == 0
-    finally:
-        w.request_stop()
-        assert await asyncio.wait_for(run, 10) == 0
     assert sink.results == []
