@@ -300,6 +300,8 @@ async def revoke_while_evaluating(seconds: float, cancel: bool) -> tuple[float, 
         if cancel:
             for task in sessions.tasks:
                 task.cancel()
+            await wait_for(lambda: not sessions.tasks, timeout=5, what="the task cancelled")
+            assert w.tracker.pending([TP0]) == 0  # its member abandoned exactly once
         started = time.monotonic()
         await source.revoke([TP0])
         took = time.monotonic() - started
@@ -341,4 +343,33 @@ async def test_a_revoke_cancels_a_session_waiting_at_a_judge_spend_cap() -> None
         assert time.monotonic() - started < 2  # not the 3 s deadline
         assert judge.cap.waiting == 0
         assert source.committed.get(TP0, 0) == 0
+    assert sink.results == []
+
+
+async def test_a_session_evaluation_cancelled_before_it_ran_is_abandoned() -> None:
+    """A task cancelled before its first step never runs its coroutine's body, so nothing
+    in ``_evaluate`` can see the cancel: its members must still be abandoned (once), or a
+    revoke waits its whole deadline for work that will never complete."""
+    source, sink = MemorySource([record(0, 0, "a")]), MemorySink()
+    w = worker(source, sink, gap_s=0.05, shutdown_timeout_s=3)
+    sessions = w.sessions
+    assert sessions is not None
+    launch = sessions._launch
+
+    def launch_then_cancel(closed: sessions_module.Closed) -> None:
+        launch(closed)
+        sessions.cancel()  # as a stop or revoke cancelling the tasks right after a close
+
+    sessions._launch = launch_then_cancel  # type: ignore[method-assign]
+    closed = w.metrics.registry.get_sample_value
+    async with serving(w):
+        await wait_for(lambda: closed("evalstream_sessions_closed_total",
+                                      {"route": "chat", "reason": "gap"}) == 1
+                       and not sessions.tasks, timeout=5, what="the session closed, cancelled")
+        await asyncio.sleep(0.05)  # the commit interval: a commit must not pass it either
+        assert w.tracker.pending([TP0]) == 0  # abandoned exactly once (not -1)
+        started = time.monotonic()
+        await source.revoke([TP0])
+        assert time.monotonic() - started < 2  # not the 3 s deadline
+        assert source.committed.get(TP0, 0) == 0  # redelivered, never committed past
     assert sink.results == []

@@ -17,6 +17,7 @@ Windows already closed are evaluations under way, drained as any other.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
@@ -164,7 +165,19 @@ class SessionPath:
         self._closed[(closed.window.route, closed.reason)](1)
         task = asyncio.create_task(self._evaluate(closed))
         self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(functools.partial(self._finished, closed))
+
+    def _finished(self, closed: Closed, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if task.cancelled():
+            # Cancelled (a stop, the drain's deadline, a revoke cancelling a wait at a spend
+            # cap): its members never complete. Abandoned, so a revoke does not wait its
+            # deadline for them, and never committed past: they are redelivered. Here, not
+            # in ``_evaluate``: a task cancelled before its first step never runs its body,
+            # and a done callback runs once, so they are abandoned exactly once either way
+            # (``OffsetTracker.abandon`` counts pieces: twice would count one piece twice).
+            # It runs before whoever awaits the task resumes (their callbacks come later).
+            self._abandon_members(closed.members)
 
     async def _evaluate(self, closed: Closed) -> None:
         structlog.contextvars.bind_contextvars(
@@ -180,14 +193,8 @@ class SessionPath:
         # gather starts inherit it). A window may span partitions; a rebalance is eager
         # (every partition is revoked at once), so its first member's assignment does.
         WAIT_SCOPE.set(closed.members[0].state)
-        try:
-            done = await asyncio.gather(*(self._one(event, p, extra) for p in closed.planned))
-        except asyncio.CancelledError:
-            # Cancelled (a stop, the drain's deadline, a revoke cancelling a wait at a spend
-            # cap): its members never complete. Abandoned, so a revoke does not wait its
-            # deadline for them, and never committed past: they are redelivered.
-            self._abandon_members(closed.members)
-            raise
+        # Cancelled, its members are abandoned by ``_finished``.
+        done = await asyncio.gather(*(self._one(event, p, extra) for p in closed.planned))
         if not all(done):
             return  # the worker is failing: leave the offsets incomplete (redelivered)
         tracker = self._tracker
