@@ -2,8 +2,9 @@
 
 The waits at a spend cap and at the rate-limit pause are covered by
 ``test_judge_spend_wait.py`` and ``test_judge_rate_limit.py``. Here: a token bucket
-(``requests_per_s``), an open circuit breaker and the backoff before a retry, each of which
-was bounded by the request's deadline only, so a revoke or a drain waited for it. The judge
+(``requests_per_s``), an open circuit breaker, a connection slot (``max_concurrency``) and
+the backoff before a retry, each of which was bounded by the request's deadline only, so a
+revoke or a drain waited for it. The judge
 talks to a local server on a real socket (tests/support/llm_server).
 """
 
@@ -125,13 +126,36 @@ async def test_a_revoke_cancels_a_request_in_its_backoff_before_a_retry() -> Non
     assert len(server.posts) == 2
 
 
-@pytest.mark.parametrize("wait", ["bucket", "breaker"])
+async def test_a_revoke_cancels_only_its_requests_waiting_for_a_connection_slot() -> None:
+    # One connection slot (max_concurrency 1) and answers that take 1 s: the first request
+    # holds the slot, the others queue for it, each for up to its deadline, nothing of
+    # them sent.
+    async with llm_server(delay_s=1.0) as server:
+        judge = make_judge(server, max_concurrency=1)
+        revoked, kept = Assignment(), Assignment()
+        first = ask_in(judge, kept, 0)
+        await until(lambda: server.concurrent == 1)
+        gone, held = ask_in(judge, revoked, 1), ask_in(judge, kept, 2)
+        await until(lambda: len(judge._waits) == 2)
+        judge.stop_waiting({revoked})
+        # Before the answer to the request on the wire frees the slot.
+        assert await cancelled_within(gone, 0.5) < 0.5
+        assert not held.done()
+        # The kept assignment's requests go on: the slot passes to the one waiting.
+        answers = await asyncio.wait_for(asyncio.gather(first, held), 5)
+        await judge.aclose()
+    assert all(answer.p("yes") > 0.8 for answer in answers)
+    assert len(server.posts) == 2
+    assert len(judge._waits) == 0
+
+
+@pytest.mark.parametrize("wait", ["bucket", "breaker", "slot"])
 async def test_after_a_stop_a_request_that_need_not_wait_still_goes(wait: str) -> None:
     """A stop's drain finishes the requests in flight: only those that would wait are
-    cancelled, not every request passing the bucket or the breaker."""
+    cancelled, not every request passing the bucket, the breaker or a free slot."""
     async with llm_server() as server:
         judge = make_judge(server, requests_per_s=100.0 if wait == "bucket" else None,
-                           circuit_failures=1)
+                           circuit_failures=1, max_concurrency=1)
         judge.stop_waiting()
         answer = await asyncio.wait_for(judge.judge(question(1)), 5)
         await judge.aclose()

@@ -813,3 +813,34 @@ async def test_a_revoke_cancels_an_evaluation_waiting_at_a_judges_rate_limit() -
             await judge.aclose()
     assert len(server.posts) == 1
     assert len(sink.results) == 1
+
+
+async def test_a_revoke_cancels_evaluations_waiting_for_a_judges_connection_slot() -> None:
+    # An OpenAI judge (a local server on a real socket) with one connection slot and
+    # answers that take 2 s: of three evaluations of partition 0, one is sent, the other
+    # two queue for the slot. The revoke waited for all three (6 s) before this: now it
+    # waits only for the one on the wire.
+    async with llm_server(delay_s=2.0) as server:
+        judge = OpenAIJudge("builtin", OpenAIJudgeConfig(
+            base_url=server.url, model="judge-model", max_concurrency=1, timeout_s=5.0,
+            deadline_s=20.0, cache_size=0), Metrics())
+        source = MemorySource([raw(n, "ask_judge") for n in range(3)])
+        sink = MemorySink()
+        worker = Worker(settings(worker={"shutdown_timeout_s": 30, "commit_interval_s": 0.02,
+                                         "max_in_flight": 4}),
+                        registry=CollectorRegistry(), judges={"builtin": judge},
+                        source=source, sink=sink)
+        loop = asyncio.get_running_loop()
+        try:
+            async with started(worker):
+                await until(lambda: server.concurrent == 1 and worker.in_flight == 3)
+                began = loop.time()
+                await source.revoke([TP0])
+                assert loop.time() - began < 3.5  # the 2 s answer, not three of them
+                await until(lambda: worker.in_flight == 0)
+                # At most the evaluation answered is committed; those waiting are not.
+                assert source.committed.get(TP0, 0) <= 1
+        finally:
+            await judge.aclose()
+    assert len(server.posts) == 1
+    assert len(sink.results) == 1

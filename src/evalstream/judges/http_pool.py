@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import zlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -139,9 +139,17 @@ class ShardedClients:
                 self._slots.put_nowait(shard)
 
     @asynccontextmanager
-    async def client(self) -> AsyncIterator[httpx.AsyncClient]:
-        """Wait for a free slot; the client to send one request with, until the block ends."""
-        shard = await self._slots.get()
+    async def client(self, hold: Callable[[Callable[[], Awaitable[int]]], Awaitable[int]]
+                     | None = None) -> AsyncIterator[httpx.AsyncClient]:
+        """Wait for a free slot; the client to send one request with, until the block ends.
+
+        Args:
+            hold: How to wait when no slot is free: ``hold(get)`` awaits ``get()``, e.g.
+                where a stop can cancel the wait (``waits.StoppableWaits.wait``). Not
+                called when a slot is free: that request goes at once.
+        """
+        slots = self._slots
+        shard = await (slots.get() if hold is None or not slots.empty() else hold(slots.get))
         try:
             yield self._clients[shard]
         finally:

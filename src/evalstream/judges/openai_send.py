@@ -19,10 +19,11 @@ out with a 429 of its own. A 429 whose error is ``insufficient_quota`` is the ex
 the account is out of credit, which no wait brings back, so it fails its request at once
 and pauses nothing (``openai_wire.QuotaExhaustedError``).
 
-A request that waits before it is sent (at the pause, the breaker, a token bucket, or in
-its backoff before a retry) holds that wait in the judge's ``waits.StoppableWaits``: a stop
-or a revoke of its partition cancels it, and its evaluation is redelivered, rather than
-the drain or the revoke waiting for it up to its deadline.
+A request that waits before it is sent (at the pause, the breaker, a token bucket, for a
+connection slot, or in its backoff before a retry) holds that wait in the judge's
+``waits.StoppableWaits``: a stop or a revoke of its partition cancels it, and its
+evaluation is redelivered, rather than the drain or the revoke waiting for it up to its
+deadline.
 
 The API key lives only in the HTTP clients' default headers, and every error message is
 scrubbed of the judge's credentials (``scrub.Scrubber``) before it leaves.
@@ -271,7 +272,11 @@ class RequestSender:
     async def _attempt(self, payload: dict[str, Any],
                        usage: Usage) -> tuple[Any, JudgeError | None]:
         """One HTTP exchange: (parsed body, None) or (body if any, classified error)."""
-        async with self._http.client() as client:
+        # A connection slot (max_concurrency) is waited for where a stop or a revoke
+        # cancels the wait, as the others before sending: with more evaluations in flight
+        # than slots, requests queue here for as long as the judge takes to answer those
+        # ahead of them, up to their deadline, and nothing of them is sent yet.
+        async with self._http.client(self._waits.wait) as client:
             # Again once a connection slot is ours: while this request waited (breaker,
             # rate limits, max_concurrency) others' answers may have reached the cap. So
             # only the requests actually on the wire can overshoot it.
