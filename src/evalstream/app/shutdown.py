@@ -45,9 +45,9 @@ def close_budget() -> SharedDeadline:
 def stop_judge_waits(judges: Iterable[Judge], scopes: Collection[Hashable] | None = None,
                      ) -> None:
     """Cancel the evaluations waiting at a judge's spend cap (``on_spend_cap: wait``), or at
-    its rate limits or open circuit (``Judge.stop_waiting``): those of ``scopes``
-    (partition assignments: tracker states), or all. They could wait hours (a spend cap)
-    or up to their deadline, and nothing more of them is sent."""
+    its rate limits, open circuit or connection slots (``Judge.stop_waiting``): those of
+    ``scopes`` (partition assignments: tracker states), or all. They could wait hours (a
+    spend cap) or up to their deadline, and nothing more of them is sent."""
     for judge in judges:
         judge.stop_waiting(scopes)
 

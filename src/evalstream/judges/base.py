@@ -148,12 +148,12 @@ class Judge(abc.ABC):
 
     def stop_waiting(self, scopes: Collection[Hashable] | None = None) -> None:  # noqa: B027
         """Cancel requests waiting before they are sent (for budget under a spend cap with
-        ``on_spend_cap: wait``, at a rate limit or an open circuit) rather than let a
-        drain or a revoke wait for them: all of them (the worker is
-        stopping), or those whose ``judges.waits.WAIT_SCOPE`` is in ``scopes`` (revoked
+        ``on_spend_cap: wait``, at a rate limit, an open circuit or for a connection
+        slot) rather than let a drain or a revoke wait for them: all of them (the worker
+        is stopping), or those whose ``judges.waits.WAIT_SCOPE`` is in ``scopes`` (revoked
         partitions' assignments), including those that start waiting later. Their
-        evaluations stay uncommitted and are redelivered. An optional
-        hook: most judges never wait."""
+        evaluations stay uncommitted and are redelivered. An optional hook: most judges
+        never wait."""
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, most judges hold nothing
         """Release connections."""

@@ -181,7 +181,8 @@ class OpenAIJudge(Judge):
     def stop_waiting(self, scopes: Collection[Hashable] | None = None) -> None:
         """Cancel the requests waiting before they are sent (at the spend cap with
         ``on_spend_cap: wait``, the rate-limit pause, the circuit breaker, a token bucket,
-        a backoff): all, or those of ``scopes`` (see ``Judge.stop_waiting``)."""
+        a connection slot, a backoff): all, or those of ``scopes`` (see
+        ``Judge.stop_waiting``)."""
         self._waits.stop(scopes)
 
     async def aclose(self) -> None:

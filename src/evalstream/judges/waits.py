@@ -2,11 +2,12 @@
 
 A request may wait before anything of it is sent: for room under its spend cap
 (``spend.py``), at the judge-wide pause after rate limiting, at an open circuit breaker, at
-a token bucket, or in its backoff before a retry (``openai_send.py``). Each wait holds the
-evaluation's slot and may last up to the request's deadline, or, for the spend cap, hours.
-A stop's drain or a revoke should not wait for them: such a wait is held in the judge's
-:class:`StoppableWaits`, whose :meth:`StoppableWaits.stop` cancels it. The evaluation is
-then left uncommitted and redelivered (to the partition's next owner after a revoke).
+a token bucket, for a connection slot (``max_concurrency``), or in its backoff before a
+retry (``openai_send.py``). Each wait holds the evaluation's slot and may last up to the
+request's deadline, or, for the spend cap, hours. A stop's drain or a revoke should not
+wait for them: such a wait is held in the judge's :class:`StoppableWaits`, whose
+:meth:`StoppableWaits.stop` cancels it. The evaluation is then left uncommitted and
+redelivered (to the partition's next owner after a revoke).
 
 A wait that would return at once is not held: a stop lets the request go on, and the drain
 finishes it.
