@@ -31,9 +31,9 @@ __all__ = ["TASKS", "VERSION", "BuiltinJudge"]
 #: it reads text. Bump it in any change after which the same request can get a different
 #: answer: it is part of the result id of every evaluator judged by it (directly or in a
 #: cascade), so a re-score after an upgrade gets new ids, and it shows in results as
-#: ``judge.model`` (``builtin-v1``). At ``"1"`` it adds nothing to result ids (ids from
+#: ``judge.model`` (``builtin-v2``). At ``"1"`` it adds nothing to result ids (ids from
 #: before it existed stay the same). Letters, digits, ``.``, ``_``, ``-``.
-VERSION = "1"
+VERSION = "2"
 
 Scorer = Callable[[JudgeRequest], tuple[dict[str, float], str]]
 
