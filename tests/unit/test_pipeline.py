@@ -28,12 +28,15 @@ def count(registry: CollectorRegistry, name: str, **labels: str) -> float:
     return registry.get_sample_value(name, labels) or 0.0
 
 
-async def test_a_passing_result_carries_the_contract_fields() -> None:
+async def test_a_passing_result_carries_the_contract_fields(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("evalstream.judges.builtin.VERSION", "1")  # the judge here: builtin
     pipeline, registry = make()
     (result,) = await pipeline.evaluate(ev(3, app="bot", session_id="s"), topic="traces")
     spec = pipeline.settings.routes[0].evaluators[0]
-    # At version 1 (class and config) the versions add nothing: the id is the one the
-    # spec's other fields gave before versions existed (test_result_versions pins it).
+    # At version 1 (class, config and builtin judge) the versions add nothing: the id is
+    # the one the spec's other fields gave before versions existed (test_result_versions
+    # pins it).
     assert result.result_id == result_id(
         "e3", "main", "unit_scripted",
         spec.model_dump(mode="json", exclude={"sample_rate", "version"}))
