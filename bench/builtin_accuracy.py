@@ -147,8 +147,15 @@ def main() -> None:
     long_answer = ("Here are some steps you can take. " * 40).strip()
     req = JudgeRequest("refusal", "", "", data=(("output", long_answer),))
     short = JudgeRequest("refusal", "", "", data=(("output", "I'm sorry, but I can't."),))
+    # The one path that reads past the first sentence: a refusing opening, then steps.
+    then_answers = ("I'm sorry, but I can't do that for you. However, here's how:\n"
+                    + "".join(f"{i}. Run step {i} of the setup and check its output.\n"
+                              for i in range(1, 11)))
+    then = JudgeRequest("refusal", "", "", data=(("output", then_answers),))
     print(f"\nrefusal cost per call: {_timed(lambda: judge.judge_sync(req), 5000):.1f} us "
-          f"(1.3 kB answer), {_timed(lambda: judge.judge_sync(short), 5000):.1f} us (short)")
+          f"(1.3 kB answer), {_timed(lambda: judge.judge_sync(short), 5000):.1f} us (short), "
+          f"{_timed(lambda: judge.judge_sync(then), 5000):.1f} us (refuses, then answers in "
+          f"{len(then_answers) / 1000:.1f} kB)")
     tweet = ("@user Wow, first Hugo Chavez and now Fidel Castro. Danny Glover, Michael Moore "
              "and Sean Penn are running out of heroes. #sad")
     sent = JudgeRequest("sentiment", "", "", options=("negative", "neutral", "positive"),
