@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+import structlog.testing
 from prometheus_client import CollectorRegistry
 
 from evalstream.app import sessions as sessions_module
@@ -138,7 +139,11 @@ async def test_a_session_result_the_broker_refuses_becomes_an_error_result() -> 
 
     sink.publish_result = refuse_ok_results  # type: ignore[method-assign]
     w = worker(source, sink, gap_s=0.2)
-    await run_until(w, lambda: source.committed.get(TP0) == 2, "both members committed")
+    with structlog.testing.capture_logs() as logs:
+        await run_until(w, lambda: source.committed.get(TP0) == 2, "both members committed")
+    # Under the message path's event name, so one log query finds refusals on both paths.
+    assert [e["error"] for e in logs if e["event"] == "result_rejected"] == [
+        "results refused a record of 2000000 bytes"]
     (failed,) = sink.results
     assert failed.status == "error"
     assert failed.error == "result rejected: results refused a record of 2000000 bytes"

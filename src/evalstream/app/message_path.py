@@ -46,7 +46,7 @@ from evalstream.app.outputs import Outputs
 from evalstream.app.pipeline import Pipeline
 from evalstream.app.publish_result import ResultPublisher
 from evalstream.app.session_path import SessionPath
-from evalstream.errors import DecodeError, OutputRejectedError, SinkError
+from evalstream.errors import DecodeError, SinkError
 from evalstream.events import CANARY_ATTRIBUTE, Record, TraceEvent
 from evalstream.judges.waits import WAIT_SCOPE
 from evalstream.logging import get_logger
@@ -382,11 +382,8 @@ class MessagePath:
         except Exception as exc:
             # The broker refused this result for good (e.g. too large), or a bug past the
             # pipeline's own guards (e.g. a plugin's ``details`` that JSON cannot hold):
-            # its error result stands in for it (``ResultPublisher.stand_in``).
-            if isinstance(exc, OutputRejectedError):
-                log.warning("result_rejected", error=str(exc))
-            else:
-                log.error("evaluation_crashed", error_type=type(exc).__name__)
+            # its error result stands in for it (``ResultPublisher.stand_in``, which says
+            # why in the log).
             if not await self._results.stand_in(event, planned, exc):
                 return
         finally:

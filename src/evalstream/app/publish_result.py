@@ -9,8 +9,9 @@ published result without ever publishing it twice, and publishing the error resu
 stands in for one the broker refused for good, or one a bug kept from being published.
 
 A ``SinkError`` is not stood in for: output cannot be made durable, so the caller hands it
-to ``fail`` (the worker stops). Each path keeps its own log lines, cancel handling and
-offset bookkeeping.
+to ``fail`` (the worker stops). Each path keeps its own cancel handling and offset
+bookkeeping; the log line saying why a result was stood in for is written here, so both
+paths say it under the same event names.
 """
 
 from __future__ import annotations
@@ -73,8 +74,13 @@ class ResultPublisher:
                 refused it for good, e.g. too large) or a bug (named by its type only).
             extra: Added to the error result's details.
         """
-        why = (f"result rejected: {exc}" if isinstance(exc, OutputRejectedError)
-               else f"internal error: {type(exc).__name__}")
+        if isinstance(exc, OutputRejectedError):
+            log.warning("result_rejected", error=str(exc))
+            why = f"result rejected: {exc}"
+        else:
+            # A bug: named by its type only, as its message may quote the event.
+            log.error("evaluation_crashed", error_type=type(exc).__name__)
+            why = f"internal error: {type(exc).__name__}"
         try:
             failed = self._pipeline.failed(event, planned, why)
             if extra is not None:

@@ -223,7 +223,6 @@ class SessionPath:
             self._fail(exc)
             return False
         except Exception as exc:  # refused for good, or a bug: publish the error instead
-            log.warning("session_result_failed", error_type=type(exc).__name__)
             # Without the members' ids: they may be what made the result too large.
             small = {"session": {k: v for k, v in extra["session"].items()
                                  if k != "event_ids"}}
