@@ -11,10 +11,15 @@ ratio is taken on the same machine at the same time. On a shared machine single 
 10% or more: the best of ``--rounds`` runs per side is compared.
 
 ``--candidate`` measures a second revision in place of the work tree (so the tree can be
-edited while a comparison runs).
+edited while a comparison runs). ``--otel`` sets ``topics.otel_results`` on both sides, so
+each result is also written as its OpenTelemetry copy (e.g. to compare ways of sending it).
+
+Evaluated events/s (between the same samples) are printed too, best of the rounds per side:
+a change that adds waiting rather than CPU (one more ack round trip per result) shows there,
+not in CPU per event. Wall-clock rates on a shared machine are noisier than CPU time.
 
 Run: ``python bench/evaluate_path.py --baseline HEAD~3 [--candidate HEAD] [--events 30000]
-[--rounds 3]``.
+[--rounds 3] [--otel]``.
 """
 
 from __future__ import annotations
@@ -31,10 +36,13 @@ from throughput import REPO, broker, produce
 _COUNTER = "evalstream_results_published_total"
 
 
-def run_worker(bootstrap: str, n: int, src: Path, workdir: Path, group: str) -> float:
-    """Run the worker of ``src`` at 100% until it published ``n`` results: CPU-us per result."""
-    figures = throughput.run_worker(bootstrap, n, 1.0, workdir, group, _COUNTER, n, src=src)
-    return figures["cpu_per_event"] * 1e6
+def run_worker(bootstrap: str, n: int, src: Path, workdir: Path, group: str,
+               otel: bool) -> tuple[float, float]:
+    """Run the worker of ``src`` at 100% until it published ``n`` results: (CPU-us per
+    result, results per second)."""
+    figures = throughput.run_worker(bootstrap, n, 1.0, workdir, group, _COUNTER, n, src=src,
+                                    otel=otel)
+    return figures["cpu_per_event"] * 1e6, figures["rate"]
 
 
 def extract(revision: str, into: Path) -> Path:
@@ -58,19 +66,27 @@ async def main_async(args: argparse.Namespace) -> None:
         await produce(bootstrap, n)
         trees = {"baseline": baseline_root, "this tree": candidate_root}
         cpu: dict[str, list[float]] = {name: [] for name in trees}
+        rates: dict[str, list[float]] = {name: [] for name in trees}
         group = 0
         for _ in range(args.rounds):
             for name, root in trees.items():
                 group += 1
-                us = await asyncio.to_thread(run_worker, bootstrap, n, root / "src", workdir,
-                                             f"g{group}")
+                us, rate = await asyncio.to_thread(run_worker, bootstrap, n, root / "src",
+                                                   workdir, f"g{group}", args.otel)
                 cpu[name].append(us)
-                print(f"  {name:<10} {us:7.1f} CPU-us per evaluated event", flush=True)
+                rates[name].append(rate)
+                print(f"  {name:<10} {us:7.1f} CPU-us per evaluated event, "
+                      f"{rate:8,.0f} evaluated events/s", flush=True)
         base, ours = min(cpu["baseline"]), min(cpu["this tree"])
+        base_rate, our_rate = max(rates["baseline"]), max(rates["this tree"])
         this = args.candidate or "work tree"
-        print(f"best of {args.rounds}: baseline ({args.baseline}) {base:.1f} us, this tree "
-              f"({this}) {ours:.1f} us per evaluated event; ratio this/baseline "
+        otel = " (topics.otel_results set)" if args.otel else ""
+        print(f"best of {args.rounds}{otel}: baseline ({args.baseline}) {base:.1f} us, this "
+              f"tree ({this}) {ours:.1f} us per evaluated event; ratio this/baseline "
               f"{ours / base:.3f}")
+        print(f"best of {args.rounds}{otel}: baseline {base_rate:,.0f}, this tree "
+              f"{our_rate:,.0f} evaluated events/s; ratio this/baseline "
+              f"{our_rate / base_rate:.3f}")
 
 
 def main() -> None:
@@ -80,6 +96,8 @@ def main() -> None:
                         help="git revision measured as 'this tree' (default: the work tree)")
     parser.add_argument("--events", type=int, default=30_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--otel", action="store_true",
+                        help="set topics.otel_results: each result also written as OTel event")
     asyncio.run(main_async(parser.parse_args()))
 
 

@@ -198,9 +198,10 @@ def peak_rss_mb(pid: int) -> float:
 
 def run_worker(bootstrap: str, n: int, rate: float, workdir: Path, group: str,
                counter: str, target: int, key: str = "trace_id",
-               src: Path = REPO / "src") -> dict[str, float]:
+               src: Path = REPO / "src", otel: bool = False) -> dict[str, float]:
     """Run the worker process (the package under ``src``) until ``counter`` reaches
-    ``target``; return its figures."""
+    ``target``; return its figures. ``otel``: also write each result's OpenTelemetry copy
+    (``topics.otel_results``)."""
     port = free_port()
     config = {
         "kafka": {"bootstrap_servers": bootstrap, "group_id": group},
@@ -212,6 +213,8 @@ def run_worker(bootstrap: str, n: int, rate: float, workdir: Path, group: str,
         "server": {"host": "127.0.0.1", "port": port},
         "logging": {"level": "WARNING"},
     }
+    if otel:
+        config["topics"]["otel_results"] = f"{group}.otel"  # type: ignore[index]
     path = workdir / f"{group}.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(src)}
