@@ -5,9 +5,12 @@ result, written before the input offsets are committed. Real broker, builtin jud
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import PolicyViolationError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from prometheus_client import CollectorRegistry
 
@@ -128,3 +131,67 @@ async def test_a_result_too_large_to_publish_writes_no_otel_copy(broker: Broker)
     # Read until idle, not ``expect=2``: that waited read_all's whole timeout (30 s) each
     # passing run; both publishes were acknowledged, so everything is there to read.
     assert len(await read_all(broker.bootstrap, otel)) == 1
+
+
+class _PolicySink(KafkaSink):
+    """The Kafka sink on a producer whose results topic refuses, at the ack as a broker's
+    topic policy would, the ok result of one event (Tansu enforces no topic policy, nor a
+    topic's ``max.message.bytes``); everything else is written to the real broker."""
+
+    def __init__(self, settings: Any, refused: bytes) -> None:
+        super().__init__(settings.kafka, settings.topics)
+        self._refused = refused
+        self._results_topic = settings.topics.results
+
+    def client(self) -> AIOKafkaProducer:
+        producer = super().client()
+        send = producer.send
+
+        async def policy(topic: str, value: bytes, key: bytes | None = None,
+                         **kwargs: Any) -> asyncio.Future[Any]:
+            if topic == self._results_topic and self._refused in value \
+                    and b'"status":"ok"' in value:
+                refused: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                refused.set_exception(PolicyViolationError())
+                return refused
+            written: asyncio.Future[Any] = await send(topic, value, key=key, **kwargs)
+            return written
+
+        producer.send = policy
+        return producer
+
+
+async def test_a_result_refused_by_a_topic_policy_has_only_its_stand_in_copied(
+        broker: Broker) -> None:
+    # Sent beside the result, the refused result's copy went out anyway, and the error
+    # result standing in for it was copied too: two OTel events under one result_id, one
+    # with a score the results topic never carried.
+    topics = Topics.fresh("otelpolicy")
+    otel = unique("otel-events")
+    await create_topics(broker.bootstrap, [topics.inputs, topics.results, otel,
+                                           topics.dead_letter, topics.alerts])
+    data = config_dict(broker.bootstrap, topics,
+                       routes=[{"name": "support", "evaluators": [{"evaluator": "refusal"}]}])
+    data["topics"]["otel_results"] = otel
+    settings = load_settings(None, **data)
+    events = 4
+    await produce(broker.bootstrap, topics.inputs, [_event(i) for i in range(events)])
+    sink = _PolicySink(settings, refused=b'"event_id":"e3"')
+
+    async with running(Worker(settings, registry=CollectorRegistry(), sink=sink)):
+        await wait_committed_total(broker.bootstrap, topics, 1, events, timeout=60)
+
+    published = [load_json(m.value) for m in  # type: ignore[attr-defined]
+                 await read_all(broker.bootstrap, topics.results, expect=events, idle=1.0)]
+    copies = [_attributes(ExportLogsServiceRequest.FromString(m.value))[1]  # type: ignore[attr-defined]
+              # until idle: committed means acknowledged, and one copy too many is the bug
+              for m in await read_all(broker.bootstrap, otel)]
+    (stand_in,) = [r for r in published if r["event_id"] == "e3"]
+    assert stand_in["status"] == "error"
+    assert stand_in["error"].startswith("result rejected:")
+    # One copy per published result, the refused one's only that of its stand-in.
+    assert sorted(c["evalstream.result_id"] for c in copies) == sorted(
+        r["result_id"] for r in published)
+    (copy,) = [c for c in copies if c["evalstream.result_id"] == stand_in["result_id"]]
+    assert (copy["evalstream.status"], copy["error.type"]) == ("error", "result_rejected")
+    assert "gen_ai.evaluation.score.value" not in copy

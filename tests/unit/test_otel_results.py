@@ -9,7 +9,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from aiokafka.errors import MessageSizeTooLargeError, TopicAuthorizationFailedError
+from aiokafka.errors import (
+    MessageSizeTooLargeError,
+    PolicyViolationError,
+    TopicAuthorizationFailedError,
+)
 from google.protobuf import json_format
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
@@ -318,6 +322,22 @@ async def test_an_otel_copy_refused_for_good_leaves_the_durable_result_published
     producer = _Producer(fail={"res": MessageSizeTooLargeError()})
     with pytest.raises(OutputRejectedError, match="res refused a record"):
         await _kafka_sink(producer, otel_results="otel").publish_result(_result())
+
+
+async def test_a_result_refused_for_good_has_no_otel_copy() -> None:
+    # A topic policy refusing the result at its ack, after a copy sent beside it was
+    # written, left that copy with no result; the error result standing in for it added
+    # its own: two copies under one result_id, one a score the results topic never had.
+    producer = _Producer(held=frozenset({"res"}))
+    publish = asyncio.create_task(
+        _kafka_sink(producer, otel_results="otel").publish_result(_result()))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert [topic for topic, _, _ in producer.sent] == ["res"]  # the copy waits for the ack
+    producer.acks["res"].set_exception(PolicyViolationError())
+    with pytest.raises(OutputRejectedError, match=r"res refused a record .*PolicyViolation"):
+        await asyncio.wait_for(publish, 1)
+    assert [topic for topic, _, _ in producer.sent] == ["res"]
 
 
 async def test_a_given_up_copy_is_counted_and_a_written_one_is_not() -> None:

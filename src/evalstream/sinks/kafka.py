@@ -234,46 +234,45 @@ class KafkaSink:
 
     async def publish_result(self, result: EvalResult) -> bool:
         """Publish one result; returns once acknowledged (with ``topics.otel_results`` set:
-        once both the result and its OTel event are). False when the OTel event was refused
-        for good and given up (the result is published): the caller counts it."""
+        once the result and then its OTel event are). False when the OTel event was refused
+        for good and given up (the result is published): the caller counts it.
+
+        The OTel event is sent only once the result is acknowledged, never beside it: a
+        result the broker refuses for good (too large, a topic policy) then has no copy,
+        and the error result the worker publishes in its place is the only one under its
+        ``result_id``. This costs each result one more ack round trip, not throughput: many
+        evaluations publish at once (``worker.max_in_flight``), bench/evaluate_path.py
+        ``--otel``.
+        """
         names = (result.route, result.evaluator)
         headers = self._result_headers.get(names)
         if headers is None:
             headers = self._result_headers[names] = result_headers(*names)
         key = result.trace_id.encode()
         topics = self._topics
-        if not topics.otel_results:
-            await self._send(topics.results, dump_json(result), key, headers)
-            return True
-        # Both built before either is sent: a result that cannot be encoded publishes neither.
         value = dump_json(result)
-        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers)
-        if size > self._settings.max_request_size:
-            # The producer's own check, made here before either send: made in ``send``, it
-            # refused the result while its copy (no details: smaller) went out beside it,
-            # and the error result standing in for it then added a second copy under the
-            # same result_id, one a score the results topic never carried.
-            raise OutputRejectedError(f"{topics.results} refused a record of {len(value)} "
-                                      f"bytes: MessageSizeTooLargeError")
+        if not topics.otel_results:
+            await self._send(topics.results, value, key, headers)
+            return True
+        # Built before the result is sent: an event that cannot be encoded fails the publish
+        # while nothing is written, not after the result is durable (the error result
+        # standing in for it would be a second result under the same result_id).
         event = otel_result(result, service_name=self._settings.client_id,
                             scope_version=self._version, encoding=topics.otel_encoding,
                             observed_ns=time.time_ns())
-        # Both in flight at once (one wait for acks, not two in a row); the offset is
-        # committed only once both are durable. The same key: the same partitioning.
-        written, copied = await asyncio.gather(
-            self._send(topics.results, value, key, headers),
-            self._send(topics.otel_results, event, key, []), return_exceptions=True)
-        if isinstance(written, BaseException):
-            raise written
-        if isinstance(copied, OutputRejectedError):
+        # Refused (for good or not), the result raises here and no copy is sent. The
+        # offset is committed only once this returns, so once both are durable.
+        await self._send(topics.results, value, key, headers)
+        try:
+            # The same key: the same partitioning.
+            await self._send(topics.otel_results, event, key, [])
+        except OutputRejectedError as exc:
             # The result itself is durable. Raising would have the worker publish an error
             # result in its place: a second result under the same result_id. The copy is
             # the one given up (it can never be written), and said.
             log.error("otel_result_rejected", output_topic=topics.otel_results,
-                      result_id=result.result_id, error=str(copied))
+                      result_id=result.result_id, error=str(exc))
             return False
-        if isinstance(copied, BaseException):
-            raise copied
         return True
 
     async def publish_dead_letter(self, record: Record, reason: str, error: str) -> None:
