@@ -13,13 +13,15 @@ ratio is taken on the same machine at the same time. On a shared machine single 
 ``--candidate`` measures a second revision in place of the work tree (so the tree can be
 edited while a comparison runs). ``--otel`` sets ``topics.otel_results`` on both sides, so
 each result is also written as its OpenTelemetry copy (e.g. to compare ways of sending it).
+``--max-in-flight`` sets ``worker.max_in_flight`` on both sides: with few evaluations in
+flight, time each one waits (e.g. for acks) limits the rate where CPU did not.
 
 Evaluated events/s (between the same samples) are printed too, best of the rounds per side:
 a change that adds waiting rather than CPU (one more ack round trip per result) shows there,
 not in CPU per event. Wall-clock rates on a shared machine are noisier than CPU time.
 
 Run: ``python bench/evaluate_path.py --baseline HEAD~3 [--candidate HEAD] [--events 30000]
-[--rounds 3] [--otel]``.
+[--rounds 3] [--otel] [--max-in-flight 8]``.
 """
 
 from __future__ import annotations
@@ -37,11 +39,11 @@ _COUNTER = "evalstream_results_published_total"
 
 
 def run_worker(bootstrap: str, n: int, src: Path, workdir: Path, group: str,
-               otel: bool) -> tuple[float, float]:
+               args: argparse.Namespace) -> tuple[float, float]:
     """Run the worker of ``src`` at 100% until it published ``n`` results: (CPU-us per
     result, results per second)."""
     figures = throughput.run_worker(bootstrap, n, 1.0, workdir, group, _COUNTER, n, src=src,
-                                    otel=otel)
+                                    otel=args.otel, max_in_flight=args.max_in_flight)
     return figures["cpu_per_event"] * 1e6, figures["rate"]
 
 
@@ -72,7 +74,7 @@ async def main_async(args: argparse.Namespace) -> None:
             for name, root in trees.items():
                 group += 1
                 us, rate = await asyncio.to_thread(run_worker, bootstrap, n, root / "src",
-                                                   workdir, f"g{group}", args.otel)
+                                                   workdir, f"g{group}", args)
                 cpu[name].append(us)
                 rates[name].append(rate)
                 print(f"  {name:<10} {us:7.1f} CPU-us per evaluated event, "
@@ -80,11 +82,13 @@ async def main_async(args: argparse.Namespace) -> None:
         base, ours = min(cpu["baseline"]), min(cpu["this tree"])
         base_rate, our_rate = max(rates["baseline"]), max(rates["this tree"])
         this = args.candidate or "work tree"
-        otel = " (topics.otel_results set)" if args.otel else ""
-        print(f"best of {args.rounds}{otel}: baseline ({args.baseline}) {base:.1f} us, this "
+        setup = " (topics.otel_results set)" if args.otel else ""
+        if args.max_in_flight:
+            setup += f" (max_in_flight {args.max_in_flight})"
+        print(f"best of {args.rounds}{setup}: baseline ({args.baseline}) {base:.1f} us, this "
               f"tree ({this}) {ours:.1f} us per evaluated event; ratio this/baseline "
               f"{ours / base:.3f}")
-        print(f"best of {args.rounds}{otel}: baseline {base_rate:,.0f}, this tree "
+        print(f"best of {args.rounds}{setup}: baseline {base_rate:,.0f}, this tree "
               f"{our_rate:,.0f} evaluated events/s; ratio this/baseline "
               f"{our_rate / base_rate:.3f}")
 
@@ -98,6 +102,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--otel", action="store_true",
                         help="set topics.otel_results: each result also written as OTel event")
+    parser.add_argument("--max-in-flight", type=int, default=0,
+                        help="worker.max_in_flight on both sides (default: the worker's)")
     asyncio.run(main_async(parser.parse_args()))
 
 

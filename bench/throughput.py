@@ -198,10 +198,11 @@ def peak_rss_mb(pid: int) -> float:
 
 def run_worker(bootstrap: str, n: int, rate: float, workdir: Path, group: str,
                counter: str, target: int, key: str = "trace_id",
-               src: Path = REPO / "src", otel: bool = False) -> dict[str, float]:
+               src: Path = REPO / "src", otel: bool = False,
+               max_in_flight: int = 0) -> dict[str, float]:
     """Run the worker process (the package under ``src``) until ``counter`` reaches
     ``target``; return its figures. ``otel``: also write each result's OpenTelemetry copy
-    (``topics.otel_results``)."""
+    (``topics.otel_results``); ``max_in_flight``: ``worker.max_in_flight`` (0: default)."""
     port = free_port()
     config = {
         "kafka": {"bootstrap_servers": bootstrap, "group_id": group},
@@ -215,6 +216,8 @@ def run_worker(bootstrap: str, n: int, rate: float, workdir: Path, group: str,
     }
     if otel:
         config["topics"]["otel_results"] = f"{group}.otel"  # type: ignore[index]
+    if max_in_flight:
+        config["worker"] = {"max_in_flight": max_in_flight}
     path = workdir / f"{group}.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(src)}
