@@ -110,10 +110,10 @@ async def test_each_result_is_also_an_otel_event_on_its_topic(broker: Broker) ->
 
 
 async def test_a_result_too_large_to_publish_writes_no_otel_copy(broker: Broker) -> None:
-    # The producer refuses the result (larger than max_request_size) only once its send has
-    # started, while the copy (no details: small) went out beside it; the worker then
-    # publishes an error result in its place, with its own copy: two records under one
-    # result_id on the OTel topic, one of them a score the results topic never carried.
+    # The producer refuses the result (larger than max_request_size). A copy sent beside it
+    # (no details: small) went out anyway, and the worker then publishes an error result in
+    # its place, with its own copy: two records under one result_id on the OTel topic, one
+    # of them a score the results topic never carried. The copy waits for the result's ack.
     results, dlq, otel = unique("res"), unique("dlq"), unique("otel-events")
     await create_topics(broker.bootstrap, [results, dlq, otel])
     sink = KafkaSink(KafkaSettings(bootstrap_servers=broker.bootstrap, max_request_size=4096),
