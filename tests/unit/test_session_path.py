@@ -18,7 +18,8 @@ from evalstream.app import sessions as sessions_module
 from evalstream.app.worker import Worker
 from evalstream.config import load_settings
 from evalstream.errors import OutputRejectedError, SinkError
-from evalstream.events import EvalResult, RawRecord, TraceEvent, dump_json
+from evalstream.events import EvalResult, JudgeInfo, RawRecord, TraceEvent, dump_json
+from evalstream.judges.base import Judgement, JudgeRequest
 from evalstream.sinks.memory import MemorySink
 from evalstream.sources.memory import MemorySource
 from tests.integration.workerkit import wait_for
@@ -377,4 +378,58 @@ async def test_a_session_evaluation_cancelled_before_it_ran_is_abandoned() -> No
         await source.revoke([TP0])
         assert time.monotonic() - started < 2  # not the 3 s deadline
         assert source.committed.get(TP0, 0) == 0  # redelivered, never committed past
+    assert sink.results == []
+
+
+
+class CappedThenWiredJudge(CappedJudge):
+    """Its first request waits at the spend cap (a revoke cancels that wait); the others
+    answer after ``seconds``, as a request on the wire does (no stop cancels that)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.asked = self.cancelled = 0
+
+    async def judge(self, request: JudgeRequest) -> Judgement:
+        self.asked += 1
+        if self.asked == 1:
+            return await super().judge(request)
+        try:
+            await asyncio.sleep(self.seconds)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        return Judgement({"yes": 1.0, "no": 0.0}, JudgeInfo(backend="builtin"))
+
+
+async def test_a_session_whose_evaluation_a_revoke_cancels_leaves_none_of_its_own_running(
+) -> None:
+    """Two evaluations of one session: the revoke cancels the one waiting at a spend cap.
+    That fails the session (its members are abandoned, redone by the next owner), and the
+    other one, on the wire, must not outlive it: untracked, it held its in-flight slot, a
+    drain did not wait for it, and its result went out (or into a closed sink) for members
+    already given up."""
+    judge = CappedThenWiredJudge(30.0)
+    source, sink = MemorySource([record_with_output(0, "ask_judge")]), MemorySink()
+    settings = load_settings(
+        None, inputs=[{"topic": "traces"}], sampling={"key": "session_id"},
+        routes=[{"name": "chat", "session": {"gap_s": 0.05},
+                 "evaluators": [{"evaluator": "unit_scripted", "name": "one"},
+                                {"evaluator": "unit_scripted", "name": "two"}]}],
+        server={"host": "127.0.0.1", "port": 0}, drift={"enabled": False},
+        worker={"commit_interval_s": 0.05, "shutdown_timeout_s": 5})
+    w = Worker(settings, registry=CollectorRegistry(), judges={"builtin": judge},
+               source=source, sink=sink)
+    sessions = w.sessions
+    assert sessions is not None
+    async with serving(w):
+        await wait_for(lambda: judge.cap.waiting == 1 and judge.asked == 2, timeout=5,
+                       what="one evaluation at the cap, the other on the wire")
+        await source.revoke([TP0])
+        await wait_for(lambda: not sessions.tasks, timeout=5, what="the session ended")
+        assert w.slots.count == 0  # nothing of the session still running
+        assert judge.cancelled == 1  # the one on the wire too: its members are given up
+        assert w.tracker.pending([TP0]) == 0
+        assert source.committed.get(TP0, 0) == 0
     assert sink.results == []

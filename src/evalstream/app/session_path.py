@@ -194,7 +194,18 @@ class SessionPath:
         # (every partition is revoked at once), so its first member's assignment does.
         WAIT_SCOPE.set(closed.members[0].state)
         # Cancelled, its members are abandoned by ``_finished``.
-        done = await asyncio.gather(*(self._one(event, p, extra) for p in closed.planned))
+        runs = [asyncio.create_task(self._one(event, p, extra)) for p in closed.planned]
+        try:
+            done = await asyncio.gather(*runs)
+        except asyncio.CancelledError:
+            # One evaluation's wait cancelled (a stop or a revoke) fails the gather but
+            # leaves the others running, outside ``tasks``: a drain would not wait for them
+            # and they would publish for members abandoned, maybe into a closed sink. This
+            # task ends only once none of them runs.
+            for run in runs:
+                run.cancel()
+            await asyncio.gather(*runs, return_exceptions=True)
+            raise
         if not all(done):
             return  # the worker is failing: leave the offsets incomplete (redelivered)
         tracker = self._tracker
