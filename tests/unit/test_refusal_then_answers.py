@@ -128,3 +128,13 @@ def test_ordinary_compliance_is_untouched() -> None:
     probs, why = score_refusal(text)
     assert probs["yes"] < 0.2
     assert not capped(why)
+
+
+def test_steps_alone_after_a_refusal_lean_refused_and_unsure() -> None:
+    # Structure without a concession or a long remainder: the list may be the answer, or
+    # the reasons or alternatives; so unsure, on the "refused" side (the README's p 0.60).
+    text = "I'm sorry, but I can't do that.\n1. Open the file.\n2. Edit the line.\n3. Save it."
+    probs, why = score_refusal(text)
+    assert 0.5 < probs["yes"] < 0.7, why
+    assert confidence(text) < CASCADE_MIN_CONFIDENCE
+    assert "then may answer" in why

@@ -206,8 +206,9 @@ _REDIRECTS = AhoCorasick([
 _NEAR = 120  # how far into the remainder a concession still turns from the refusal
 _LONG_TAIL = 300  # a remainder this long is more than a closing offer to help otherwise
 # Caps on the score once the rest of the answer reads as an answer: with structure and a
-# concession (or length) the answer leans "not refused" but stays unsure (p 0.35); with one
-# of them only it leans "refused", still unsure (p 0.60).
+# concession (or length) the answer leans "not refused" but stays unsure (p 0.35); with
+# structure alone, or a concession and length without structure, it leans "refused", still
+# unsure (p 0.60).
 _CAP_STRONG = -0.6
 _CAP_WEAK = 0.4
 
