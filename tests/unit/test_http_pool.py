@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from evalstream.judges.http_pool import SHARD_SIZE, ShardedClients
+from evalstream.judges.waits import StoppableWaits
 from tests.support.llm_server import llm_server
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
@@ -40,4 +41,47 @@ async def test_a_failed_request_gives_its_slot_back() -> None:
     async with asyncio.timeout(1.0):  # the only slot is free again
         async with pool.client() as client:
             assert str(client.base_url) == "http://127.0.0.1:1/v1/"
+    await pool.aclose()
+
+
+
+async def test_a_held_wait_cancelled_after_it_was_handed_the_slot_passes_it_on() -> None:
+    """A stop or a revoke cancels a request waiting for a slot (``hold``), possibly after a
+    release woke it but before it ran: the slot must go to the next one waiting, not be
+    lost (every later request would then wait for a slot that never comes back)."""
+    pool = ShardedClients("http://127.0.0.1:1/v1", headers={}, params={}, timeout_s=1.0,
+                          max_connections=1)
+    waits = StoppableWaits()
+    release = asyncio.Event()
+    got: list[str] = []
+
+    async def use(name: str) -> None:
+        async with pool.client(waits.wait):
+            got.append(name)
+
+    async def hold_then_cancel() -> None:
+        async with pool.client(waits.wait):
+            await release.wait()
+        # In the same step as the release, which handed the slot to "woken": it has not
+        # run yet, as when a stop lands between the two.
+        woken.cancel()
+
+    holder = asyncio.create_task(hold_then_cancel())
+    await asyncio.sleep(0)
+    woken = asyncio.create_task(use("woken"))
+    await asyncio.sleep(0)
+    next_one = asyncio.create_task(use("next"))
+    async with asyncio.timeout(1.0):
+        while len(waits) < 2:
+            await asyncio.sleep(0)
+        release.set()
+        await holder
+        await next_one
+    with pytest.raises(asyncio.CancelledError):
+        await woken
+    assert got == ["next"]
+    assert len(waits) == 0
+    async with asyncio.timeout(1.0):  # the slot is free again
+        async with pool.client():
+            pass
     await pool.aclose()
