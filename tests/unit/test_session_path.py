@@ -433,3 +433,16 @@ async def test_a_session_whose_evaluation_a_revoke_cancels_leaves_none_of_its_ow
         assert w.tracker.pending([TP0]) == 0
         assert source.committed.get(TP0, 0) == 0
     assert sink.results == []
+
+
+async def test_a_session_result_a_bug_keeps_from_publishing_logs_evaluation_crashed() -> None:
+    """As on the message path: one log query finds the crashes of both paths, by type only
+    (the message may quote the conversation)."""
+    source, sink = MemorySource([record_with_output(0, "opaque")]), MemorySink()
+    w = worker(source, sink, gap_s=0.05, evaluator={"evaluator": "unit_scripted"})
+    with structlog.testing.capture_logs() as logs:
+        await run_until(w, lambda: source.committed.get(TP0) == 1, "the member committed")
+    assert [e["error_type"] for e in logs if e["event"] == "evaluation_crashed"] == [
+        "PydanticSerializationError"]
+    (failed,) = sink.results
+    assert failed.error == "internal error: PydanticSerializationError"
