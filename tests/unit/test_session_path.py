@@ -251,6 +251,26 @@ async def test_a_session_result_the_sink_cannot_take_stops_the_worker_uncommitte
     assert source.committed.get(TP0, 0) == 0
 
 
+async def test_a_session_evaluation_a_bug_ends_stops_the_worker_uncommitted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug past the evaluation's own guards would leave the members incomplete, holding
+    the partition's commits for good while the worker looked healthy: it stops instead,
+    with the error type logged, and the members are redelivered."""
+    from evalstream.app.session_path import SessionPath
+
+    async def bug(*_: object) -> bool:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(SessionPath, "_one", bug)
+    source = MemorySource([record(0, 0, "a"), record(0, 1, "a")])
+    w = worker(source, MemorySink(), gap_s=0.2)
+    with structlog.testing.capture_logs() as logs:
+        assert await asyncio.wait_for(w.run(), 10) == 1
+    assert source.committed.get(TP0, 0) == 0
+    assert [e["error_type"] for e in logs if e["event"] == "session_evaluation_failed"] == [
+        "RuntimeError"]
+
+
 async def test_a_session_its_evaluator_skips_publishes_nothing_and_is_committed() -> None:
     # role_adherence needs a role: without a system prompt or chatbot_role it skips.
     source = MemorySource([record(0, 0, "a")])

@@ -178,6 +178,12 @@ class SessionPath:
             # (``OffsetTracker.abandon`` counts pieces: twice would count one piece twice).
             # It runs before whoever awaits the task resumes (their callbacks come later).
             self._abandon_members(closed.members)
+        elif (exc := task.exception()) is not None:
+            # A bug past ``_one``'s guards: the members would stay incomplete, holding
+            # their partitions' commits for good while the worker looked healthy. Stopping
+            # it redelivers them instead.
+            log.error("session_evaluation_failed", error_type=type(exc).__name__)
+            self._fail(exc)
 
     async def _evaluate(self, closed: Closed) -> None:
         structlog.contextvars.bind_contextvars(
