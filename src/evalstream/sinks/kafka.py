@@ -240,9 +240,8 @@ class KafkaSink:
         The OTel event is sent only once the result is acknowledged, never beside it: a
         result the broker refuses for good (too large, a topic policy) then has no copy,
         and the error result the worker publishes in its place is the only one under its
-        ``result_id``. This costs each result one more ack round trip; throughput held at
-        the default ``worker.max_in_flight`` (many evaluations publish at once), and fell to
-        0.7x with 8 in flight (bench/evaluate_path.py ``--otel --max-in-flight``).
+        ``result_id``. This costs each result one more ack round trip, which many
+        evaluations in flight hide (README, "OpenTelemetry results", has the figures).
         """
         names = (result.route, result.evaluator)
         headers = self._result_headers.get(names)
