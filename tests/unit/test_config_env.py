@@ -56,7 +56,7 @@ def test_a_judge_key_variable_may_start_with_the_prefix(monkeypatch: pytest.Monk
          "(from environment variable EVALSTREAM_WORKER)"),
         ("EVALSTREAM_JUDGES__G", '{"type": "openai", "base_url": "http://x", "model": "m", '
                                  '"timeout_s": -1}',
-         "judges.g.openai.timeout_s: Input should be greater than 0 (from environment"),
+         "judges.g.timeout_s: Input should be greater than 0 (from environment"),
         ("EVALSTREAM_ROUTES__0__SAMPLE_RATE", "0.5",
          "list entries cannot be overridden one at a time"),
         ("EVALSTREAM_KAFKA__SECURITY_PROTOCOL", "SASL_SSL",

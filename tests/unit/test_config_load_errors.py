@@ -86,9 +86,12 @@ def test_yaml_boolean_labels_of_a_classifier_say_to_quote_them(
      r"routes\.0\.sesion", "session"),
     ("routes:\n  - name: r\n    evaluators: [{evaluator: refusal, sample_rat: 0.5}]\n",
      r"routes\.0\.evaluators\.0\.sample_rat", "sample_rate"),
-    # A judge's path holds its type, the tag of the union of judge kinds.
+    # A judge's path is the file's, without pydantic's tag of the union of judge kinds
+    # (judges.g.openai.dedline_s named a key no file or variable has).
     ("judges:\n  g: {type: openai, base_url: 'http://x', model: m, dedline_s: 3}\n",
-     r"judges\.g\.openai\.dedline_s", "deadline_s"),
+     r"\n  judges\.g\.dedline_s", "deadline_s"),
+    ("judges:\n  openai: {type: cascade, first: builtin, then: builtin, min_confdence: 1}\n",
+     r"\n  judges\.openai\.min_confdence", "min_confidence"),
 ])
 def test_a_misspelt_key_names_the_setting_it_is_closest_to(
         yaml_text: str, where: str, meant: str, tmp_path: Path) -> None:

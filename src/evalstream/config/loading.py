@@ -17,7 +17,12 @@ from pydantic import SecretStr, ValidationError
 from pydantic_settings import SettingsError
 
 from evalstream.config.hints import error_message
-from evalstream.config.judges import OpenAIJudgeConfig, header_safe
+from evalstream.config.judges import (
+    BuiltinJudgeConfig,
+    CascadeJudgeConfig,
+    OpenAIJudgeConfig,
+    header_safe,
+)
 from evalstream.config.secret_files import read_secret_file
 from evalstream.config.settings import Settings
 from evalstream.errors import ConfigError
@@ -59,6 +64,20 @@ def _env_note(loc: list[str], env: dict[str, list[str]]) -> str:
     return f" (the environment also sets {', '.join(below)})"
 
 
+#: The ``type`` tags pydantic puts in the path of a judge's error (``judges.g.openai.x``).
+_JUDGE_TAGS = frozenset(m.model_fields["type"].default
+                        for m in (BuiltinJudgeConfig, OpenAIJudgeConfig, CascadeJudgeConfig))
+
+
+def _config_path(loc: list[str]) -> list[str]:
+    """``loc`` as the user writes it: without the tag of the judge union, which is no key
+    of the file (``judges.g.openai.timeout_s`` is ``judges.g.timeout_s`` in the YAML and
+    ``EVALSTREAM_JUDGES__G__TIMEOUT_S`` in the environment)."""
+    if len(loc) >= 3 and loc[0] == "judges" and loc[2] in _JUDGE_TAGS:
+        return loc[:2] + loc[3:]
+    return loc
+
+
 def format_validation_error(exc: ValidationError, source: str) -> str:
     """One line per problem, each naming the field path, e.g. ``routes.0.sample_rate``.
 
@@ -72,7 +91,7 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
     lines = []
     from_env = False
     for err in exc.errors():
-        path = [str(p) for p in err["loc"]]
+        path = _config_path([str(p) for p in err["loc"]])
         note = _env_note(path, env)
         from_env = from_env or bool(note)
         lines.append(f"  {'.'.join(path) or '(top level)'}: "
