@@ -119,3 +119,16 @@ def test_a_misspelt_evaluator_param_names_the_param_it_is_closest_to(
     assert main(["check-config", str(path)]) == EXIT_CONFIG
     assert "params.treshold: Extra inputs are not permitted (did you mean threshold?)" in (
         capsys.readouterr().err)
+
+
+def test_an_unknown_evaluator_param_like_none_lists_the_params(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A natural guess (allowed topics for topic_adherence's criteria) said only "Extra
+    # inputs are not permitted": the params are in no config file to look up.
+    path = tmp_path / "param.yaml"
+    path.write_text("routes:\n  - name: r\n    evaluators:\n      - evaluator: topic_adherence\n"
+                    "        params: {allowed_topics: [billing]}\n", encoding="utf-8")
+    assert main(["check-config", str(path)]) == EXIT_CONFIG
+    assert ("params.allowed_topics: Extra inputs are not permitted (known: criteria, "
+            "criteria_attribute, include_conversation, max_chars, max_turns, threshold)") in (
+        capsys.readouterr().err)

@@ -21,23 +21,29 @@ _YAML_BOOLEAN_HINT = (" (YAML reads an unquoted yes, no, on, off, true or false 
                       "boolean: quote it, e.g. \"no\")")
 
 
-def error_message(err: Mapping[str, Any], model: type[BaseModel] | None = None) -> str:
+def error_message(err: Mapping[str, Any], model: type[BaseModel] | None = None, *,
+                  list_known: bool = False) -> str:
     """pydantic's message for one validation error, with a hint where one helps.
 
     Args:
         err: One entry of ``ValidationError.errors()``.
         model: The model that was validated; with it, an unknown key is compared with the
             settings of its section ("did you mean ...").
+        list_known: When an unknown key is like none of them, list them ("known: ...").
+            For short, undocumented-in-the-file sets such as an evaluator's params, where
+            a guess (``allowed_topics`` for ``criteria``) otherwise leaves the user stuck.
     """
     message = str(err["msg"])
     if err["type"] == "string_type" and isinstance(err.get("input"), bool):
         message += _YAML_BOOLEAN_HINT
     elif err["type"] == "extra_forbidden" and model is not None and err["loc"]:
         loc = err["loc"]
-        close = difflib.get_close_matches(str(loc[-1]), _field_names_at(model, loc[:-1]),
-                                          n=1, cutoff=0.75)
+        names = _field_names_at(model, loc[:-1])
+        close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.75)
         if close:
             message += f" (did you mean {close[0]}?)"
+        elif list_known and names:
+            message += f" (known: {', '.join(names)})"
     return message
 
 

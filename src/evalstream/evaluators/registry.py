@@ -89,7 +89,7 @@ def _validated(spec: EvaluatorSpec, where: str
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(['params', *(str(p) for p in err['loc'])])}: "
-            f"{error_message(err, cls.params_model)}"
+            f"{error_message(err, cls.params_model, list_known=True)}"
             for err in exc.errors()
         )
         raise ConfigError(f"{where} ({spec.label}): {problems}") from None
