@@ -159,6 +159,9 @@ async def test_transport_failures_name_only_the_host(
         assert not [s for s in secret_forms() if s in text]
         assert "bob:" not in text
     assert MARK not in logs
+    # ...and the log line says which failure it was (it said only status=None).
+    assert "ConnectError talking to 127.0.0.1" in logs
+    assert "Timeout after 0.5s talking to 127.0.0.1" in logs
     # httpx itself would have said more: prove the URL really carried the secrets.
     request = httpx.Client().build_request(
         "POST", judge_config("http://127.0.0.1:9/v1")["base_url"], params={"key": QUERY_KEY})

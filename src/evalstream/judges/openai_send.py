@@ -78,6 +78,17 @@ def _backend_answered(error: JudgeError | None) -> bool:
     return error.status is not None and error.status != 200 and error.status < 500
 
 
+
+def _transport_error(error: JudgeError) -> dict[str, str]:
+    """What failed, for a log line, when there was no HTTP answer (``status`` None).
+
+    Without it a refused connection, a reset and a timeout all logged ``status=None``, and
+    the operator had to find an error result to learn which. These messages are built by
+    ``_post`` from the exception's class and the judge's host only, never the URL or the
+    server's words (an HTTP error's text stays out of the logs, as it may echo a request).
+    """
+    return {"error": str(error)} if error.status is None else {}
+
 class RequestSender:
     """Sends an OpenAI judge's requests: spend cap, breaker, rate limits, retries, accounting.
 
@@ -227,7 +238,8 @@ class RequestSender:
                 self._metrics.judge_requests.labels(self.name, "error").inc()
                 final = f"{error} (after {attempt} attempt{'s' if attempt > 1 else ''})"
                 _log.error("judge_request_failed", judge=self.name, status=error.status,
-                           attempts=attempt, retryable=error.retryable)
+                           attempts=attempt, retryable=error.retryable,
+                           **_transport_error(error))
                 # Same class as the attempt's error: _judge tells a rejection of the
                 # logprobs parameters from any other 400 by it.
                 raise type(error)(self._redact(final), retryable=error.retryable,
@@ -237,7 +249,7 @@ class RequestSender:
             delay = backoff_delay(attempt, self.config.backoff_base_s, self.config.backoff_max_s,
                                   error.retry_after)
             _log.warning("judge_request_retry", judge=self.name, status=error.status,
-                         attempt=attempt, delay_s=round(delay, 3))
+                         attempt=attempt, delay_s=round(delay, 3), **_transport_error(error))
             # A Retry-After is honoured above backoff_max_s, up to the deadline.
             await self._wait(True, partial(asyncio.sleep, delay))
 
