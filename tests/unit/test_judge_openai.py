@@ -203,6 +203,7 @@ async def test_no_option_in_top_tokens_is_a_clear_error_or_json_fallback() -> No
         with pytest.raises(JudgeError, match="none of the answer options") as info:
             await judge.judge(question())
         assert "'The'" in str(info.value)
+        assert "set on_missing_options: json" in str(info.value)  # what to do about it
         fallback = make_judge(server, on_missing_options="json")
         answer = await fallback.judge(question())
         await judge.aclose()

@@ -275,7 +275,9 @@ class OpenAIJudge(Judge):
             except OptionsNotFoundError as exc:
                 self._missing_logprobs = 0  # logprobs came, just not our options
                 if self.config.on_missing_options != "json":
-                    raise JudgeError(f"judge {self.name!r}: {exc}") from None
+                    # Says what to do: the setting that asks again, for a JSON answer.
+                    raise JudgeError(f"judge {self.name!r}: {exc}; set on_missing_options: "
+                                     f"json to ask for a JSON answer instead") from None
             else:
                 self._missing_logprobs = 0
                 return answer
