@@ -461,3 +461,20 @@ async def test_the_pass_rate_weights_strata_sampled_at_different_rates(tmp_path:
     n_eff = (40 + 2 * len(halves)) ** 2 / (40 + 4 * len(halves))
     low, high = wilson_interval(weighted, n_eff)
     assert bounds == f"[{low:.3f}, {high:.3f}]"
+
+
+@pytest.mark.parametrize("with_config", [True, False])
+def test_main_with_an_unknown_judge_is_a_config_error(
+        with_config: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A mistyped --judge ended in a pydantic traceback and exit 1.
+    config = tmp_path / "c.yaml"
+    config.write_text("judges:\n  gpt: {type: openai, base_url: 'http://127.0.0.1:9/v1', "
+                      "model: m}\nroutes:\n  - name: r\n    evaluators: [{evaluator: refusal}]\n",
+                      encoding="utf-8")
+    data = write(tmp_path / "r.jsonl", [evaldata(1, "refusal", True, input="q", output="Sure.")])
+    args = parse(*(("--config", config) if with_config else ()), "--input", data,
+                 "--judge", "gtp", "--no-progress")
+    assert offline.main(args) == 2
+    err = capsys.readouterr().err
+    assert "--judge 'gtp': no judge of that name" in err
+    assert ("builtin, gpt" if with_config else "(known: builtin)") in err

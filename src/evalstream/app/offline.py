@@ -131,6 +131,15 @@ def _declared_params(settings: Settings) -> list[EvaluatorParams]:
 
 
 def _with_judge(settings: Settings, judge: str) -> Settings:
+    """``settings`` with every evaluator asking ``judge`` (``--judge``).
+
+    Raises:
+        ConfigError: no judge of that name (a mistyped --judge was a traceback, exit 1).
+    """
+    known = {"builtin", *settings.judges}  # builtin always exists, configured or not
+    if judge not in known:
+        raise ConfigError(f"--judge {judge!r}: no judge of that name (known: "
+                          f"{', '.join(sorted(known))})")
     routes = [r.model_copy(update={"evaluators": [s.model_copy(update={"judge": judge})
                                                   for s in r.evaluators]})
               for r in settings.routes]
