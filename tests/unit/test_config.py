@@ -190,7 +190,7 @@ def test_a_base_url_that_is_an_endpoint_url_is_refused(url: str, endpoint: str) 
     with pytest.raises(ConfigError) as info:
         load_settings(None, judges={"gpt": {"type": "openai", "base_url": url, "model": "m"}})
     message = str(info.value)
-    assert f"judges.gpt.openai: Value error, base_url ends with the endpoint path " \
+    assert f"judges.gpt: Value error, base_url ends with the endpoint path " \
            f"'{endpoint}'" in message
     assert "pw" not in message
 
