@@ -41,12 +41,12 @@ def test_a_priced_cap_loads(tmp_path: Path) -> None:
     # Both prices 0: every request costs 0, the cap could never be reached.
     ("spend_cap_usd: 5", r"judges\.gpt.*spend_cap_usd needs price_input_per_1k or "
                          r"price_output_per_1k above 0"),
-    ("price_input_per_1k: 0.001, spend_cap_usd: 0", r"judges\.gpt\.openai\.spend_cap_usd"),
-    ("price_input_per_1k: 0.001, spend_cap_usd: -1", r"judges\.gpt\.openai\.spend_cap_usd"),
+    ("price_input_per_1k: 0.001, spend_cap_usd: 0", r"judges\.gpt\.spend_cap_usd"),
+    ("price_input_per_1k: 0.001, spend_cap_usd: -1", r"judges\.gpt\.spend_cap_usd"),
     ("price_input_per_1k: 0.001, spend_cap_usd: 1, spend_cap_window_s: 59",
-     r"judges\.gpt\.openai\.spend_cap_window_s"),
+     r"judges\.gpt\.spend_cap_window_s"),
     ("price_input_per_1k: 0.001, spend_cap_usd: 1, on_spend_cap: skip",
-     r"judges\.gpt\.openai\.on_spend_cap"),
+     r"judges\.gpt\.on_spend_cap"),
     # Waiting needs a cap to wait at: without one the option would silently do nothing.
     ("on_spend_cap: wait", r"judges\.gpt.*on_spend_cap: wait needs spend_cap_usd"),
 ])
