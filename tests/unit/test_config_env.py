@@ -59,6 +59,11 @@ def test_a_judge_key_variable_may_start_with_the_prefix(monkeypatch: pytest.Monk
          "judges.g.timeout_s: Input should be greater than 0 (from environment"),
         ("EVALSTREAM_ROUTES__0__SAMPLE_RATE", "0.5",
          "list entries cannot be overridden one at a time"),
+        # A judge in no file (a typo, or a name not in lowercase there): pydantic said
+        # "Unable to extract tag using discriminator 'type'".
+        ("EVALSTREAM_JUDGES__GTP__TIMEOUT_S", "5",
+         "judges.gtp: no type given for this judge (one of builtin, cascade, openai) "
+         "(the environment also sets EVALSTREAM_JUDGES__GTP__TIMEOUT_S)"),
         ("EVALSTREAM_KAFKA__SECURITY_PROTOCOL", "SASL_SSL",
          "the environment also sets EVALSTREAM_KAFKA__SECURITY_PROTOCOL"),
     ],

@@ -94,8 +94,13 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
         path = _config_path([str(p) for p in err["loc"]])
         note = _env_note(path, env)
         from_env = from_env or bool(note)
-        lines.append(f"  {'.'.join(path) or '(top level)'}: "
-                     f"{error_message(err, Settings)}{note}")
+        message = error_message(err, Settings)
+        if err["type"] == "union_tag_not_found" and path[:1] == ["judges"]:
+            # pydantic says "Unable to extract tag using discriminator 'type'": a judge
+            # without its kind, typically one an EVALSTREAM_JUDGES__NAME__... variable
+            # made up because NAME is in no file (or not lowercase there).
+            message = f"no type given for this judge (one of {', '.join(sorted(_JUDGE_TAGS))})"
+        lines.append(f"  {'.'.join(path) or '(top level)'}: {message}{note}")
     where = f"{source} and the environment" if from_env else source
     return "\n".join([f"invalid configuration in {where}:", *lines])
 
