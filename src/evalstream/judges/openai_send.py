@@ -78,7 +78,6 @@ def _backend_answered(error: JudgeError | None) -> bool:
     return error.status is not None and error.status != 200 and error.status < 500
 
 
-
 def _transport_error(error: JudgeError) -> dict[str, str]:
     """What failed, for a log line, when there was no HTTP answer (``status`` None).
 
@@ -88,6 +87,7 @@ def _transport_error(error: JudgeError) -> dict[str, str]:
     server's words (an HTTP error's text stays out of the logs, as it may echo a request).
     """
     return {"error": str(error)} if error.status is None else {}
+
 
 class RequestSender:
     """Sends an OpenAI judge's requests: spend cap, breaker, rate limits, retries, accounting.
