@@ -111,18 +111,19 @@ def _run(args: argparse.Namespace) -> int:
 def _check_config(args: argparse.Namespace) -> int:
     import yaml
 
-    from evalstream.app.checks import check_settings
-    from evalstream.config import load_settings, masked_dump
+    from evalstream.app.checks import effective_config
+    from evalstream.config import load_settings
 
     try:
         settings = load_settings(args.config)
-        warnings = check_settings(settings)
+        effective, warnings = effective_config(settings)
     except ConfigError as exc:
         return _config_error(exc)
     for warning in warnings:
         print(f"evalstream: warning: {warning}", file=sys.stderr)
-    print(f"# {args.config}: valid. Effective configuration (secrets masked):")
-    print(yaml.safe_dump(masked_dump(settings), sort_keys=False, allow_unicode=True), end="")
+    print(f"# {args.config}: valid. Effective configuration (defaults filled in, "
+          f"secrets masked):")
+    print(yaml.safe_dump(effective, sort_keys=False, allow_unicode=True), end="")
     return 0
 
 

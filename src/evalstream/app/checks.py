@@ -16,6 +16,7 @@ from evalstream.config import (
     InputTopic,
     Route,
     Settings,
+    masked_dump,
 )
 from evalstream.errors import ConfigError
 from evalstream.evaluators import registry
@@ -37,6 +38,7 @@ __all__ = [
     "check_watch_labels",
     "config_warnings",
     "describe_evaluators",
+    "effective_config",
 ]
 
 
@@ -284,14 +286,44 @@ def check_settings(settings: Settings) -> list[str]:
             a field a route needs that its inputs never set, a Kafka option aiokafka
             refuses, a max_request_size below the largest error result).
     """
+    return _checked(settings)[1]
+
+
+def _checked(settings: Settings) -> tuple[Pipeline, list[str]]:
+    """:func:`check_settings`, also giving the pipeline it built."""
     check_route_topics(settings)
     metrics = Metrics()
     judges = build_judges(settings.judges, metrics)
-    warnings = check_pipeline(settings, Pipeline(settings, judges, metrics))
+    pipeline = Pipeline(settings, judges, metrics)  # imports the plugins first, as ``run``
+    warnings = check_pipeline(settings, pipeline)
     for topic in settings.inputs:
         decoder_for(topic)
     asyncio.run(check_kafka_clients(settings))
-    return warnings
+    return pipeline, warnings
+
+
+def effective_config(settings: Settings) -> tuple[dict[str, Any], list[str]]:
+    """:func:`check_settings`, then the configuration as ``check-config`` prints it.
+
+    That is :func:`~evalstream.config.masked_dump` with each route evaluator's ``params``
+    as its evaluator validated them (its ``params_model``, defaults filled in) rather than
+    as written: the settings hold them as a plain dict, and only the evaluator knows its
+    defaults. A secret param (a ``SecretStr`` field) dumps masked, as the settings' own.
+
+    Returns:
+        The printable configuration and :func:`config_warnings`.
+
+    Raises:
+        ConfigError: as :func:`check_settings`.
+    """
+    pipeline, warnings = _checked(settings)
+    data = masked_dump(settings)
+    for ri, _, evaluators in _built_routes(settings, pipeline):
+        shown = data["routes"][ri]["evaluators"]
+        for ei, (_, evaluator) in enumerate(evaluators):
+            # By alias, so that a key shown is one the config can be given.
+            shown[ei]["params"] = evaluator.params.model_dump(mode="json", by_alias=True)
+    return data, warnings
 
 
 async def check_kafka_clients(settings: Settings) -> None:
