@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -46,12 +47,13 @@ from evalstream.judges.base import Judge
 from evalstream.judges.registry import build_judges, close_judges
 from evalstream.metrics import Metrics
 
-__all__ = ["add_arguments", "default_settings", "main", "run"]
+__all__ = ["add_arguments", "default_settings", "main", "run", "unrouted_hint"]
 
 EPILOG = (
     "Bad input lines (not UTF-8, not JSON, not a trace event or evaldata item) are reported "
     "as FILE:LINE: reason, skipped and counted in the summary. Exit codes: 0 when the items "
-    "that could be read were scored; 2 on a configuration error, when no line could be read, "
+    "that could be read were scored (also when none matched a route: a warning then says "
+    "what the routes match on); 2 on a configuration error, when no line could be read, "
     "or with --strict when any line is bad."
 )
 #: Bad lines printed one by one; the rest are only counted.
@@ -226,6 +228,60 @@ def _headline(summary: Summary) -> str:
             f"{summary.bad_lines} bad input lines skipped")
 
 
+#: In the hint for an unrouted run: at most this many routes and app values, each app value
+#: clipped to ``_HINT_CHARS`` (an app name is a short slicing key; a file may hold anything).
+_HINT_ROUTES = 5
+_HINT_APPS = 5
+_HINT_CHARS = 60
+
+
+def _match_text(rule: MatchRule) -> str:
+    """What a route's ``match`` accepts, in one line."""
+    parts = [f"{name} in {values}" for name, values in (("app", rule.app), ("topic", rule.topic))
+             if values is not None]
+    parts += [f"attributes.{key} present" if accepted == "*" else
+              f"attributes.{key} in {[accepted] if isinstance(accepted, str) else accepted}"
+              for key, accepted in rule.attributes.items()]
+    if rule.requires:
+        parts.append(f"non-empty {', '.join(rule.requires)}")
+    return " and ".join(parts) or "any event"
+
+
+def unrouted_hint(summary: Summary, settings: Settings, items: Sequence[Item],
+                  topic: str) -> str | None:
+    """Why nothing was evaluated, when routing is (part of) the reason; else None.
+
+    Said when no item got a result and some matched no route: a config whose routes the
+    input does not match (evaldata items routed by their data set as ``app``, a config
+    matching ``app: [support-bot]``) otherwise ends in an empty table and exit 0, with only
+    a ``no_route`` count to tell. The hint names what the routes match on and the items'
+    ``app`` values, the usual mismatch.
+    """
+    unrouted = summary.skipped.get("no_route", 0)
+    if not unrouted or summary.without_results < summary.items:
+        return None
+    why = ", ".join(f"{reason}: {n}" for reason, n in sorted(summary.skipped.items()))
+    routes = "; ".join(f"{route.name}: {_match_text(route.match)}"
+                       for route in settings.routes[:_HINT_ROUTES])
+    if len(settings.routes) > _HINT_ROUTES:
+        routes += f"; and {len(settings.routes) - _HINT_ROUTES} more"
+    apps = Counter(item.event.app for item in items)
+    shown = ", ".join(f"{'no app' if app is None else repr(app[:_HINT_CHARS])} ({n})"
+                      for app, n in apps.most_common(_HINT_APPS))
+    if len(apps) > _HINT_APPS:
+        shown += f", and {len(apps) - _HINT_APPS} more"
+    text = (f"nothing was evaluated: {unrouted} of {summary.items} items matched no route "
+            f"({why}). An item goes to a route when its app, the topic it is routed as "
+            f"({topic!r}: --topic, else the config's first input) and its attributes match "
+            f"the route's `match`. The routes match: {routes}. The items' app values: "
+            f"{shown}.")
+    if any(item.dataset for item in items):
+        text += (" evaldata items carry their data set's evaluator as app: route them with "
+                 "`match: {app: [...]}`, or leave out --config to score each data set with "
+                 "its own evaluator.")
+    return text
+
+
 def _table(summary: Summary) -> Table:
     table = Table()
     rows = summary.rows()
@@ -281,5 +337,12 @@ def main(args: argparse.Namespace) -> int:
     out.print(_table(summary))
     if args.markdown:
         args.markdown.write_text(summary.markdown(), encoding="utf-8")
+    hint = unrouted_hint(summary, settings, items, topic)
+    if hint is not None:
+        # Last, after the (empty) table, so that it is what the terminal ends with. Exit 0
+        # still, as when every item is sampled out or skipped by its evaluators: the config
+        # is valid and the input was read; only exit 2 says either is not.
+        console.print(f"[bold yellow]evalstream eval: warning:[/bold yellow] {escape(hint)}",
+                      highlight=False, soft_wrap=True)
     return 0
 
