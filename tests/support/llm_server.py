@@ -68,6 +68,9 @@ class FakeLLM:
     #: The content returned when the request is not a 1-token logprob request.
     text: str = '{"output": "yes"}'
     delay_s: float = 0.0
+    #: The prompt tokens every answer reports (default: about a token per 4 body bytes);
+    #: a fixed count gives tests exact usage and cost figures.
+    prompt_tokens: int | None = None
     timeout_delay_s: float = 5.0
     #: The 429's Retry-After header ("" sends none).
     retry_after: str = "0"
@@ -222,7 +225,7 @@ class FakeLLM:
         ranked = sorted(dist.items(), key=lambda kv: -kv[1])[:max(1, top_n)]
         first_token = ranked[0][0] if ranked else ""
         content = first_token if wants_probs else self.text
-        prompt_tokens = max(1, len(json.dumps(body)) // 4)
+        prompt_tokens = self.prompt_tokens or max(1, len(json.dumps(body)) // 4)
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 1,
                  "total_tokens": prompt_tokens + 1}
         give = with_logprobs and wants_probs
