@@ -24,8 +24,9 @@ from evalstream.app.pipeline import Pipeline
 from evalstream.config import EvaluatorSpec, InputTopic, Route, Settings
 from evalstream.drift.stats import wilson_interval
 from evalstream.errors import ConfigError
-from evalstream.events import EvalResult, load_json
+from evalstream.events import EvalResult, JudgeInfo, load_json
 from evalstream.judges.base import Judgement, JudgeRequest
+from tests.support.llm_server import llm_server
 from tests.support.scripted_judge import ScriptedJudge
 
 
@@ -478,3 +479,81 @@ def test_main_with_an_unknown_judge_is_a_config_error(
     err = capsys.readouterr().err
     assert "--judge 'gtp': no judge of that name" in err
     assert ("builtin, gpt" if with_config else "(known: builtin)") in err
+
+
+def _priced_settings(url: str, evaluators: list[str]) -> Settings:
+    # 100 prompt tokens at 0.5 USD per 1k and 1 completion token at 2 USD per 1k:
+    # 0.05 + 0.002 = 0.052 USD per request.
+    return Settings.model_validate({
+        "judges": {"gpt": {"type": "openai", "base_url": url, "model": "m",
+                           "price_input_per_1k": 0.5, "price_output_per_1k": 2.0,
+                           "max_retries": 0, "timeout_s": 5, "deadline_s": 5}},
+        "routes": [{"name": "all", "evaluators": [{"evaluator": e, "judge": "gpt"}
+                                                  for e in evaluators]}]})
+
+
+async def test_the_summary_gives_what_a_priced_judge_cost(tmp_path: Path) -> None:
+    # Users run eval on a sample to see what an LLM evaluator would cost online: the
+    # figures come from each result's usage, exactly, per evaluator and in total.
+    items = list(read_items([write(tmp_path / "r.jsonl", [
+        evaldata(i, "refusal", True, input="q", output=f"answer {i}") for i in range(3)])]))
+    async with llm_server(prompt_tokens=100) as server:
+        summary = await offline.run(_priced_settings(server.url, ["refusal"]), items,
+                                    topic="t")
+    assert len(server.posts) == 3
+    row = summary.rows()[0]
+    assert row["judge req/eval"] == "1.00"
+    assert row["tokens in/eval"] == "100.0"
+    assert row["tokens out/eval"] == "1.0"
+    assert row["cost USD"] == "0.156"
+    assert row["USD/1k evals"] == "52"
+    assert summary.spend_line() == (
+        "judge total: 3 requests, 300 tokens in, 3 out over 3 evaluations (1.00 requests, "
+        "101.0 tokens per evaluation); cost USD 0.156 (USD 52 per 1,000 evaluations)")
+    assert "| 1.00 | 100.0 | 1.0 | 0.156 | 52 |" in summary.markdown()
+    assert summary.markdown().endswith(summary.spend_line() + "\n")
+
+
+async def test_spend_on_evaluations_that_failed_is_told_apart(tmp_path: Path) -> None:
+    # The second answer is not usable: its evaluation is an error result, but the tokens
+    # were billed. The judges' meters count them; the total line says where they went.
+    items = list(read_items([write(tmp_path / "r.jsonl", [
+        evaldata(i, "refusal", True, input="q", output=f"answer {i}") for i in range(2)])]))
+    async with llm_server(prompt_tokens=100) as server:
+        server.fail_next("ok", "nooptions")
+        summary = await offline.run(_priced_settings(server.url, ["refusal"]), items,
+                                    topic="t", concurrency=1)
+    evaluator = summary.by_key[("all", "refusal")]
+    assert (evaluator.n, evaluator.errors) == (1, 1)
+    assert summary.metered_tokens == 202
+    assert summary.spend_line().endswith(
+        "; the judges metered 202 tokens, USD 0.104 in all: the rest went to evaluations "
+        "that ended in error")
+
+
+def test_main_with_the_builtin_judge_prints_no_cost_columns(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(tmp_path / "refusal.jsonl", [evaldata(1, "refusal", True, output="Sure.")])
+    args = parse("--input", tmp_path / "refusal.jsonl", "--markdown", tmp_path / "s.md",
+                 "--no-progress")
+    assert offline.main(args) == 0
+    out = capsys.readouterr().out
+    note = "judge cost: none (builtin judge only: it runs in-process, no requests)"
+    assert note in out
+    assert "USD" not in out
+    assert "req/eval" not in out
+    assert (tmp_path / "s.md").read_text().endswith(note + "\n")
+
+
+def test_a_builtin_evaluator_beside_a_priced_one_shows_no_zeros() -> None:
+    summary = Summary()
+    summary.add(_result(evaluator="llm", score=1.0, judge=JudgeInfo(
+        backend="openai", model="m", requests=1, tokens_in=10, tokens_out=1, cost_usd=0.01)),
+                None)
+    summary.add(_result(evaluator="local", score=1.0, judge=JudgeInfo(backend="builtin")),
+                None)
+    llm, local = summary.rows()
+    assert llm["judge req/eval"] == "1.00"
+    assert llm["USD/1k evals"] == "10"
+    assert [local[c] for c in ("judge req/eval", "tokens in/eval", "tokens out/eval",
+                               "cost USD", "USD/1k evals")] == ["builtin", "-", "-", "-", "-"]

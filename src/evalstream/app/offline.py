@@ -10,7 +10,9 @@ input's messages) is ``app/offline_input.py``; the summary's statistics are
 Every event goes through ``Pipeline.evaluate`` (sampling, routing, evaluators), results go to
 ``--output`` as JSONL, and a summary per (route, evaluator) is printed: pass rate with a 95%
 Wilson interval, mean score and, where items carry gold labels, accuracy, macro-F1, Brier
-score and expected calibration error.
+score and expected calibration error; and what the judges cost (requests and tokens per
+evaluation, USD in all and per 1,000 evaluations when a judge is priced), with a total line:
+what a sample costs tells what turning the evaluator on for live traffic would.
 
 Bad input lines (not JSON, not UTF-8, not a trace event or evaldata item) are reported as
 ``file:line: reason``, skipped and counted in the summary, like a dead letter in the worker:
@@ -28,6 +30,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Any
 
+from prometheus_client import Counter
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -204,10 +207,18 @@ async def run(settings: Settings, items: Sequence[Item], *, topic: str, concurre
             sample.labels["reason"]: int(sample.value)
             for family in metrics.events_skipped.collect() for sample in family.samples
             if sample.name.endswith("_total") and sample.value}
+        summary.metered_tokens = int(_total(metrics.judge_tokens))
+        summary.metered_cost_usd = _total(metrics.judge_cost)
     finally:
         if owned:
             await close_judges(judges)
     return summary
+
+
+def _total(counter: Counter) -> float:
+    """The sum of ``counter`` over all its label values."""
+    return sum(sample.value for family in counter.collect() for sample in family.samples
+               if sample.name.endswith("_total"))
 
 
 def _report_bad_lines(console: Console, bad_lines: Sequence[str]) -> None:
@@ -335,6 +346,7 @@ def main(args: argparse.Namespace) -> int:
     out = Console(width=200)
     out.print(_headline(summary), highlight=False)
     out.print(_table(summary))
+    out.print(summary.spend_line(), highlight=False)
     if args.markdown:
         args.markdown.write_text(summary.markdown(), encoding="utf-8")
     hint = unrouted_hint(summary, settings, items, topic)

@@ -7,6 +7,12 @@ Pure: it accumulates results (and gold labels where the input carried them) per
 evaluators the gold label is a class and the forecast is the ``probabilities`` mapping.
 The comparison itself is ``app/calibration.py``'s, which the worker's canaries use too, so
 the live and offline figures agree on the same inputs.
+
+What the judges cost is summed from each result's ``judge`` (``JudgeInfo``: requests, tokens,
+USD at the configured prices), so it is exact per (route, evaluator) and needs no metrics:
+``JudgeSpend``. Those columns appear only when some judge made requests (a run on the
+builtin judge alone gets one "no judge requests" line instead of columns of zeros), and the
+USD ones only when some judge was priced.
 """
 
 from __future__ import annotations
@@ -18,8 +24,8 @@ from evalstream.app.calibration import ECE_BINS, compare, confidence_bin
 from evalstream.drift.stats import weighted_share
 from evalstream.events import EvalResult
 
-__all__ = ["ECE_BINS", "EvaluatorSummary", "Summary", "expected_calibration_error",
-           "macro_f1"]
+__all__ = ["ECE_BINS", "EvaluatorSummary", "JudgeSpend", "Summary",
+           "expected_calibration_error", "macro_f1", "usd"]
 
 
 def macro_f1(gold: Sequence[str], predicted: Sequence[str]) -> float:
@@ -53,6 +59,91 @@ def expected_calibration_error(confidence: Sequence[float], correct: Sequence[bo
                for b in range(bins) if totals[b])
 
 
+def usd(amount: float) -> str:
+    """``amount`` of USD to six significant digits: ``0.0202``, ``20.2``, ``1234.57``.
+
+    Judge prices are fractions of a cent per call, so a fixed two decimals would print most
+    costs as 0.00; six digits hide the float noise of summing them (0.020200000000000003).
+    """
+    return f"{amount:.6g}"
+
+
+@dataclass(slots=True)
+class JudgeSpend:
+    """What the judges of some evaluations cost, summed from their results' ``JudgeInfo``."""
+
+    #: Evaluations (results, ok or error) the figures are divided by.
+    evaluations: int = 0
+    requests: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    #: Results answered from a judge's cache (they cost nothing).
+    cached: int = 0
+    #: The judges' backends seen in results (``"builtin"``, ``"openai"``).
+    backends: set[str] = field(default_factory=set)
+
+    def add(self, result: EvalResult) -> None:
+        """Count one result and what its judge spent on it (nothing when it has no judge)."""
+        self.evaluations += 1
+        judge = result.judge
+        if judge is None:
+            return
+        self.requests += judge.requests
+        self.tokens_in += judge.tokens_in
+        self.tokens_out += judge.tokens_out
+        self.cost_usd += judge.cost_usd
+        self.cached += judge.cached
+        self.backends.add(judge.backend)
+
+    def merge(self, other: JudgeSpend) -> None:
+        """Add ``other``'s figures to these (the total over evaluators)."""
+        self.evaluations += other.evaluations
+        self.requests += other.requests
+        self.tokens_in += other.tokens_in
+        self.tokens_out += other.tokens_out
+        self.cost_usd += other.cost_usd
+        self.cached += other.cached
+        self.backends |= other.backends
+
+    def columns(self, priced: bool) -> dict[str, str]:
+        """Per evaluation: judge requests, tokens in and out; with ``priced``, USD in all
+        and per 1,000 evaluations. ``-`` when there were no evaluations, and for the
+        builtin judge (``builtin``, then ``-``)."""
+        e = self.evaluations
+        if not self.requests and self.backends <= {"builtin"}:
+            # An evaluator on the builtin judge beside a priced one: its row says why it
+            # costs nothing rather than showing a run of zeros.
+            row = dict.fromkeys(("judge req/eval", "tokens in/eval", "tokens out/eval"), "-")
+            row["judge req/eval"] = "builtin" if self.backends else "-"
+            if priced:
+                row.update({"cost USD": "-", "USD/1k evals": "-"})
+            return row
+        row = {"judge req/eval": f"{self.requests / e:.2f}" if e else "-",
+               "tokens in/eval": f"{self.tokens_in / e:.1f}" if e else "-",
+               "tokens out/eval": f"{self.tokens_out / e:.1f}" if e else "-"}
+        if priced:
+            row["cost USD"] = usd(self.cost_usd)
+            row["USD/1k evals"] = usd(self.cost_usd * 1000 / e) if e else "-"
+        return row
+
+    def line(self, priced: bool) -> str:
+        """The figures as one sentence (the total line under the table)."""
+        e = self.evaluations
+        text = (f"judge total: {self.requests} requests, {self.tokens_in} tokens in, "
+                f"{self.tokens_out} out over {e} evaluations")
+        if e:
+            text += (f" ({self.requests / e:.2f} requests, "
+                     f"{(self.tokens_in + self.tokens_out) / e:.1f} tokens per evaluation)")
+        if priced:
+            text += f"; cost USD {usd(self.cost_usd)}"
+            if e:
+                text += f" (USD {usd(self.cost_usd * 1000 / e)} per 1,000 evaluations)"
+        if self.cached:
+            text += f"; {self.cached} answered from the judge cache at no cost"
+        return text
+
+
 @dataclass(slots=True)
 class EvaluatorSummary:
     """Counts and gold agreement for one (route, evaluator)."""
@@ -79,9 +170,12 @@ class EvaluatorSummary:
     brier: list[float] = field(default_factory=list)
     confidence: list[float] = field(default_factory=list)
     correct: list[bool] = field(default_factory=list)
+    #: What its judge cost, over its ok and error results.
+    spend: JudgeSpend = field(default_factory=JudgeSpend)
 
     def add(self, result: EvalResult, gold: bool | str | None) -> None:
         """Count ``result``; compare it with ``gold`` when there is one."""
+        self.spend.add(result)
         if result.status == "error":
             self.errors += 1
             return
@@ -141,6 +235,11 @@ class Summary:
     skipped: dict[str, int] = field(default_factory=dict)
     #: Input lines skipped as unreadable (reported by file and line).
     bad_lines: int = 0
+    #: What the judges metered over the run (``evalstream_judge_tokens_total`` and
+    #: ``evalstream_judge_cost_usd_total``, all judges): the results carry what their own
+    #: evaluations spent, so this is more when spend went to evaluations that failed.
+    metered_tokens: int = 0
+    metered_cost_usd: float = 0.0
 
     def add(self, result: EvalResult, gold: bool | str | None) -> None:
         """Count one result."""
@@ -150,9 +249,43 @@ class Summary:
             summary = self.by_key[key] = EvaluatorSummary(result.route, result.evaluator)
         summary.add(result, gold)
 
+    def spend(self) -> JudgeSpend:
+        """What the judges cost over every (route, evaluator)."""
+        total = JudgeSpend()
+        for summary in self.by_key.values():
+            total.merge(summary.spend)
+        return total
+
     def rows(self) -> list[dict[str, str]]:
-        """One row per (route, evaluator), sorted."""
-        return [self.by_key[k].row() for k in sorted(self.by_key)]
+        """One row per (route, evaluator), sorted; with judge cost columns when some judge
+        made requests (USD ones when some judge was priced)."""
+        total = self.spend()
+        judged, priced = total.requests > 0, total.cost_usd > 0
+        rows = []
+        for key in sorted(self.by_key):
+            summary = self.by_key[key]
+            row = summary.row()
+            if judged:
+                row.update(summary.spend.columns(priced))
+            rows.append(row)
+        return rows
+
+    def spend_line(self) -> str:
+        """The judges' total cost, or that no judge made a request (builtin judge only)."""
+        total = self.spend()
+        if total.requests == 0 and total.backends <= {"builtin"} and not self.metered_tokens:
+            return ("judge cost: none (builtin judge only: it runs in-process, no requests)"
+                    if total.backends else "judge cost: none (no judge was asked)")
+        priced = total.cost_usd > 0 or self.metered_cost_usd > 0
+        text = total.line(priced)
+        tokens = total.tokens_in + total.tokens_out
+        # Summed in another order: the same spend may differ in the last bits.
+        if (self.metered_tokens > tokens
+                or self.metered_cost_usd > total.cost_usd * (1 + 1e-9) + 1e-12):
+            text += (f"; the judges metered {self.metered_tokens} tokens"
+                     + (f", USD {usd(self.metered_cost_usd)}" if priced else "")
+                     + " in all: the rest went to evaluations that ended in error")
+        return text
 
     def markdown(self) -> str:
         """The table as GitHub-flavoured Markdown."""
@@ -162,4 +295,4 @@ class Summary:
         head = list(rows[0])
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(r[h] for h in head) + " |" for r in rows]
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines) + "\n\n" + self.spend_line() + "\n"
