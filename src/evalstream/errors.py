@@ -58,6 +58,13 @@ class JudgeError(EvalstreamError):
     401/403/400: no), so the shared retry loop never guesses.
     """
 
+    #: The ``events.JudgeInfo`` of the judge that failed: its backend and model, and what
+    #: the failed call spent (requests, tokens, USD), so an error result can say which
+    #: judge failed and what it cost. Set by the judge (``judges.base.with_judge_info``),
+    #: read with ``judges.base.judge_info_of``; ``object`` because this module sits below
+    #: ``events``. None when no judge set it.
+    judge_info: object | None = None
+
     def __init__(self, message: str, *, retryable: bool = False, status: int | None = None,
                  retry_after: float | None = None) -> None:
         super().__init__(message)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from evalstream.errors import JudgeError
 from evalstream.events import JudgeInfo
 
 __all__ = [
@@ -24,6 +25,8 @@ __all__ = [
     "Judge",
     "JudgeRequest",
     "Judgement",
+    "judge_info_of",
+    "with_judge_info",
 ]
 
 YES_NO: tuple[str, str] = ("yes", "no")
@@ -157,3 +160,20 @@ class Judge(abc.ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, most judges hold nothing
         """Release connections."""
+
+
+def with_judge_info(error: JudgeError, info: JudgeInfo) -> JudgeError:
+    """``error``, saying which judge failed and what the failed call spent (``info``).
+
+    The pipeline puts it in the error result's ``judge``, as a normal result carries it:
+    consumers then slice errors (judge failures, spend caps) by judge, and what a failed
+    call spent is counted like any other (``evalstream eval``'s cost summary).
+    """
+    error.judge_info = info
+    return error
+
+
+def judge_info_of(error: JudgeError) -> JudgeInfo | None:
+    """The ``JudgeInfo`` a judge set on ``error`` (``with_judge_info``), if any."""
+    info = error.judge_info
+    return info if isinstance(info, JudgeInfo) else None

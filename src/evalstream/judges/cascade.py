@@ -17,8 +17,16 @@ from dataclasses import replace
 from typing import Any
 
 from evalstream.config.judges import CascadeJudgeConfig
-from evalstream.errors import ConfigError, JudgeSpendCapError, JudgeUnsupportedError
-from evalstream.judges.base import GenerateRequest, Generation, Judge, Judgement, JudgeRequest
+from evalstream.errors import ConfigError, JudgeError, JudgeSpendCapError, JudgeUnsupportedError
+from evalstream.judges.base import (
+    GenerateRequest,
+    Generation,
+    Judge,
+    Judgement,
+    JudgeRequest,
+    judge_info_of,
+    with_judge_info,
+)
 from evalstream.judges.registry import judge_backend
 from evalstream.metrics import Metrics
 
@@ -67,6 +75,12 @@ class CascadeJudge(Judge):
                     # The second judge sent nothing: keep the first judge's answer.
                     self._decisions["capped"].inc()
                     return replace(first, info=first.info.model_copy(update={"capped": True}))
+                except JudgeError as exc:
+                    self._decisions["escalated"].inc()  # escalated, then it failed
+                    info = judge_info_of(exc)
+                    if info is not None:  # as an answer it gave would say
+                        with_judge_info(exc, info.model_copy(update={"escalated": True}))
+                    raise
                 except BaseException:
                     self._decisions["escalated"].inc()  # escalated, then it failed
                     raise

@@ -53,7 +53,14 @@ from evalstream.config.judges import OpenAIJudgeConfig
 from evalstream.errors import JudgeError, JudgeUnavailableError
 from evalstream.events import JudgeInfo, load_json
 from evalstream.judges.answers import parse_json_answer, unfence
-from evalstream.judges.base import GenerateRequest, Generation, Judge, Judgement, JudgeRequest
+from evalstream.judges.base import (
+    GenerateRequest,
+    Generation,
+    Judge,
+    Judgement,
+    JudgeRequest,
+    with_judge_info,
+)
 from evalstream.judges.cache import TTLCache
 from evalstream.judges.logprobs import (
     MissingLogprobsError,
@@ -195,24 +202,45 @@ class OpenAIJudge(Judge):
                       ) -> tuple[_Answer, bool, float]:
         """(answer, cache hit, latency in ms): cached, else ``compute``, within the deadline."""
         usage = Usage()
+        ran = False
+
+        def computed() -> Awaitable[_Answer]:
+            nonlocal ran
+            ran = True  # this call sends its own requests (not another's in-flight answer)
+            return compute(usage)
+
         start = time.perf_counter()
-        while True:
-            try:
-                async with asyncio.timeout(self.config.deadline_s):
-                    answer, hit = await self._cache.get_or_compute(key, lambda: compute(usage))
-                break
-            except SpendCapWait:
-                # on_spend_cap: wait, and nothing was sent for it. Waited for outside the
-                # deadline: the wait is for budget, not for an unhealthy backend, and its
-                # end is known; the deadline (and the retries) start afresh after it.
-                await self._spend.wait_for_room()
-                start = time.perf_counter()  # the result's latency is the judge's, not the wait
-            except TimeoutError:
-                self._metrics.judge_requests.labels(self.name, "deadline").inc()
-                last = f"; last error: {usage.last_error}" if usage.last_error else ""
-                raise JudgeUnavailableError(self._redact(
-                    f"judge {self.name!r}: no answer within the {self.config.deadline_s:g}s "
-                    f"deadline after {usage.requests} request(s){last}")) from None
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self.config.deadline_s):
+                        answer, hit = await self._cache.get_or_compute(key, computed)
+                    break
+                except SpendCapWait:
+                    # on_spend_cap: wait, and nothing was sent for it. Waited for outside
+                    # the deadline: the wait is for budget, not for an unhealthy backend,
+                    # and its end is known; the deadline (and the retries) start afresh
+                    # after it.
+                    await self._spend.wait_for_room()
+                    start = time.perf_counter()  # the latency is the judge's, not the wait
+                except TimeoutError:
+                    self._metrics.judge_requests.labels(self.name, "deadline").inc()
+                    last = f"; last error: {usage.last_error}" if usage.last_error else ""
+                    raise JudgeUnavailableError(self._redact(
+                        f"judge {self.name!r}: no answer within the "
+                        f"{self.config.deadline_s:g}s deadline after {usage.requests} "
+                        f"request(s){last}")) from None
+        except JudgeError as exc:
+            latency = (time.perf_counter() - start) * 1000.0
+            if ran:
+                with_judge_info(exc, self._info(usage, latency, hit=False))
+                raise
+            # It waited on another call's identical request, which failed: the cache hands
+            # every waiter that call's exception object, which carries that call's spend.
+            # This call spent nothing, so it gets an exception (and info) of its own.
+            failure = type(exc)(str(exc), retryable=exc.retryable, status=exc.status,
+                                retry_after=exc.retry_after)
+            raise with_judge_info(failure, self._info(Usage(), latency, hit=False)) from exc
         if hit:
             self._metrics.judge_cache_hits.labels(self.name).inc()
         return answer, hit, (time.perf_counter() - start) * 1000.0

@@ -10,9 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from evalstream.errors import JudgeUnsupportedError
+from evalstream.errors import JudgeError, JudgeUnsupportedError
 from evalstream.events import JudgeInfo
-from evalstream.judges.base import GenerateRequest, Generation, Judge, Judgement, JudgeRequest
+from evalstream.judges.base import (
+    GenerateRequest,
+    Generation,
+    Judge,
+    Judgement,
+    JudgeRequest,
+    with_judge_info,
+)
 from evalstream.judges.builtin._common import as_read
 from evalstream.judges.builtin.frustration import score_frustration
 from evalstream.judges.builtin.generate import extract_role, summarise
@@ -213,10 +220,14 @@ class BuiltinJudge(Judge):
         """The same as :meth:`judge` without a coroutine (benchmarks, offline tools)."""
         scorer = TASKS.get(request.task)
         if scorer is None:
-            raise JudgeUnsupportedError(
+            raise with_judge_info(JudgeUnsupportedError(
                 f"builtin judge cannot answer task {request.task!r} "
-                f"(supported: {', '.join(sorted(TASKS))})")
-        probabilities, rationale = scorer(request)
+                f"(supported: {', '.join(sorted(TASKS))})"), self._info)
+        try:
+            probabilities, rationale = scorer(request)
+        except JudgeError as exc:  # a required hint or field is missing: say which judge
+            with_judge_info(exc, self._info)
+            raise
         return Judgement(probabilities=probabilities, info=self._info, rationale=rationale)
 
     async def generate(self, request: GenerateRequest) -> Generation:
@@ -227,10 +238,14 @@ class BuiltinJudge(Judge):
         """
         generator = _GENERATORS.get(request.task)
         if generator is None:
-            raise JudgeUnsupportedError(
+            raise with_judge_info(JudgeUnsupportedError(
                 f"builtin judge cannot generate for task {request.task!r} "
-                f"(supported: {', '.join(sorted(_GENERATORS))})")
-        text, value = generator(request)
+                f"(supported: {', '.join(sorted(_GENERATORS))})"), self._info)
+        try:
+            text, value = generator(request)
+        except JudgeError as exc:
+            with_judge_info(exc, self._info)
+            raise
         return Generation(text=text, info=self._info, value=value)
 
 
