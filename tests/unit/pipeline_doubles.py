@@ -1,7 +1,8 @@
 """Test doubles for pipeline and worker unit tests: a scripted evaluator and a null judge.
 
 The scripted evaluator's behaviour is chosen by the event's ``output`` so one route can
-exercise every path: ``skip``, ``judge_error``, ``boom``, ``bad_score``, ``fail``,
+exercise every path: ``skip``, ``judge_error`` (``judge_error_info``: saying which judge
+failed and what it spent), ``boom``, ``bad_score`` (``bad_score_costly``), ``fail``,
 ``opaque`` (details JSON cannot hold), ``sleep:<seconds>`` and ``ask_judge`` (asks its
 judge; then pass); anything else passes with score 0.9.
 """
@@ -16,7 +17,14 @@ from evalstream.errors import JudgeError, SkipEvaluation
 from evalstream.evaluators import register
 from evalstream.evaluators.base import Evaluator, EvaluatorParams, Score
 from evalstream.events import JudgeInfo, RawRecord, TraceEvent, dump_json
-from evalstream.judges.base import GenerateRequest, Generation, Judge, Judgement, JudgeRequest
+from evalstream.judges.base import (
+    GenerateRequest,
+    Generation,
+    Judge,
+    Judgement,
+    JudgeRequest,
+    with_judge_info,
+)
 
 
 class NullJudge(Judge):
@@ -51,6 +59,13 @@ class Scripted(Evaluator[EvaluatorParams]):
             raise SkipEvaluation(output.split(":", 1)[1])
         elif output == "judge_error":
             raise JudgeError("upstream 503 after retries")
+        elif output == "judge_error_info":  # a judge that says who failed and what it spent
+            raise with_judge_info(JudgeError("spend cap reached"), JudgeInfo(
+                backend="openai", model="m", requests=2, tokens_in=10, cost_usd=0.003))
+        elif output == "bad_score_costly":
+            return Score(score=2.0, label="x", passed=True,
+                         judge=JudgeInfo(backend="openai", model="m", requests=1,
+                                         cost_usd=0.004))
         elif output == "boom":
             raise RuntimeError("evaluator bug")
         elif output == "bad_score":

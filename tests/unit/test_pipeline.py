@@ -154,6 +154,27 @@ async def test_failures_become_error_results(output: str, error: str) -> None:
                  evaluator="unit_scripted", outcome="error") == 1
 
 
+async def test_error_results_name_the_judge_only_when_one_was_involved() -> None:
+    # Consumers slice errors (spend caps, judge failures) by judge: the judge's identity
+    # and what the failed call spent ride on the error result, and count as spend; an
+    # error no judge had a part in (an evaluator bug, a judge that said nothing) has none.
+    pipeline, registry = make()
+    (capped,) = await pipeline.evaluate(ev(1, output="judge_error_info"), topic="traces")
+    (unusable,) = await pipeline.evaluate(ev(2, output="bad_score_costly"), topic="traces")
+    (bug,) = await pipeline.evaluate(ev(3, output="boom"), topic="traces")
+    (silent,) = await pipeline.evaluate(ev(4, output="judge_error"), topic="traces")
+    assert capped.status == unusable.status == "error"
+    assert capped.judge is not None
+    assert (capped.judge.backend, capped.judge.model, capped.judge.requests,
+            capped.judge.tokens_in) == ("openai", "m", 2, 10)
+    assert unusable.judge is not None
+    assert unusable.judge.cost_usd == pytest.approx(0.004)
+    assert bug.judge is None
+    assert silent.judge is None
+    assert count(registry, "evalstream_evaluation_cost_usd_total", route="main",
+                 evaluator="unit_scripted") == pytest.approx(0.007)
+
+
 async def test_evaluator_skips_are_counted_by_reason() -> None:
     pipeline, registry = make()
     assert await pipeline.evaluate(ev(output="skip"), topic="traces") == []

@@ -43,7 +43,11 @@ def test_schema_accepts_results_and_rejects_broken_ones() -> None:
     error = EvalResult(result_id="r", event_id="e", trace_id="t", route="main",
                        evaluator="refusal", status="error", error="judge: timeout")
     canary = full.model_copy(update={"canary": True, "gold": "true", "sample_rate": 1.0})
-    for result in (full, error, canary):
+    # An error a judge had a part in names it (and what the failed call spent).
+    judge_error = error.model_copy(update={"judge": JudgeInfo(
+        backend="openai", model="m", requests=2, tokens_in=100, tokens_out=1,
+        cost_usd=0.052)})
+    for result in (full, error, canary, judge_error):
         validator.validate(json.loads(dump_json(result)))
     assert json.loads(dump_json(canary))["canary"] is True
     wrong = json.loads(dump_json(canary))

@@ -35,8 +35,8 @@ from evalstream.app.canary_plan import CanaryPlanner
 from evalstream.config import Settings
 from evalstream.errors import JudgeError, SkipEvaluation
 from evalstream.evaluators.base import Evaluator, Score
-from evalstream.events import CANARY_ATTRIBUTE, EvalResult, TraceEvent
-from evalstream.judges.base import Judge
+from evalstream.events import CANARY_ATTRIBUTE, EvalResult, JudgeInfo, TraceEvent
+from evalstream.judges.base import Judge, judge_info_of
 from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
 from evalstream.routing import Router
@@ -206,7 +206,8 @@ class Pipeline:
                 self._calibration.skipped(bound.route, bound.label, bound.judge)
             return None
         except JudgeError as exc:
-            return self.failed(event, planned, f"judge: {exc}")
+            # Which judge failed and what the failed call spent, when the judge said.
+            return self.failed(event, planned, f"judge: {exc}", judge=judge_info_of(exc))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # an evaluator bug must not stop the worker
@@ -223,7 +224,9 @@ class Pipeline:
         except ValidationError as exc:
             # e.g. a score outside 0..1: report it as the evaluator's error, not a crash.
             fields = ", ".join(".".join(map(str, e["loc"])) for e in exc.errors())
-            return self.failed(event, planned, f"invalid score fields: {fields}")
+            # The judge answered (and was paid): its identity and spend stay on the result.
+            judge = score.judge if isinstance(score.judge, JudgeInfo) else None
+            return self.failed(event, planned, f"invalid score fields: {fields}", judge=judge)
         return result
 
     async def evaluate(self, event: TraceEvent, *, topic: str) -> list[EvalResult]:
@@ -303,8 +306,14 @@ class Pipeline:
         fields["judge"] = score.judge
         return EvalResult.model_validate(fields)
 
-    def failed(self, event: TraceEvent, planned: Planned, error: str) -> EvalResult:
-        """The error result of ``planned`` on ``event`` (``record`` counts it as ``error``)."""
+    def failed(self, event: TraceEvent, planned: Planned, error: str,
+               judge: JudgeInfo | None = None) -> EvalResult:
+        """The error result of ``planned`` on ``event`` (``record`` counts it as ``error``).
+
+        ``judge`` is the judge that failed (or answered with a score that could not be
+        used) and what that cost; None where no judge was involved, as for the error
+        results standing in for refused ones (``largest_error_results`` bounds those).
+        """
         fields = self._envelope(event, planned)
         # It stands in for a result the broker refused as too large, so it must be small
         # whatever the event holds: refused too, it would stop the worker on every restart.
@@ -312,7 +321,7 @@ class Pipeline:
             value = fields[name]
             if value is not None and len(value) > _MAX_ID_CHARS:
                 fields[name] = value[:_MAX_ID_CHARS]
-        return EvalResult(**fields, status="error", error=error[:_MAX_ERROR_CHARS])
+        return EvalResult(**fields, status="error", error=error[:_MAX_ERROR_CHARS], judge=judge)
 
     def largest_error_results(self) -> list[EvalResult]:
         """Per configured evaluation, the largest error result :meth:`failed` can build
@@ -347,6 +356,8 @@ class Pipeline:
                                      result)
             if result.status != "error":
                 self._spend_and_lag(planned, result)
+            else:
+                self._spend(planned, result)
             return
         if result.status == "error":
             outcome = "error"
@@ -359,6 +370,9 @@ class Pipeline:
         # bounds use: results of one series may carry different rates (route strata).
         bound.weight_squared[outcome](planned.weight_squared)
         if outcome == "error":
+            # A failed judge call may have been paid for (an unusable answer, retries that
+            # were answered): its result carries that spend, counted as any other's.
+            self._spend(planned, result)
             return
         if result.score is not None:
             bound.score_hist(result.score)
@@ -373,8 +387,15 @@ class Pipeline:
             incs[1](planned.weight)  # the label share's rules weight by 1/rate, as pass rates
         self._spend_and_lag(planned, result)
 
-    def _spend_and_lag(self, planned: Planned, result: EvalResult) -> None:
+    @staticmethod
+    def _spend(planned: Planned, result: EvalResult) -> None:
+        """Count what the judge of ``result`` (an error result) spent on it."""
         judge = result.judge
+        if judge is not None and judge.cost_usd > 0.0:
+            planned.bound.cost(judge.cost_usd)
+
+    def _spend_and_lag(self, planned: Planned, result: EvalResult) -> None:
+        judge = result.judge  # as _spend, inlined: once per result on the hot path
         if judge is not None and judge.cost_usd > 0.0:
             planned.bound.cost(judge.cost_usd)
         event_time = result.event_time
