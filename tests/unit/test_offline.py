@@ -481,14 +481,14 @@ def test_main_with_an_unknown_judge_is_a_config_error(
     assert ("builtin, gpt" if with_config else "(known: builtin)") in err
 
 
-def _priced_settings(url: str, evaluators: list[str]) -> Settings:
+def _priced_settings(url: str, evaluators: list[str], **spec: Any) -> Settings:
     # 100 prompt tokens at 0.5 USD per 1k and 1 completion token at 2 USD per 1k:
     # 0.05 + 0.002 = 0.052 USD per request.
     return Settings.model_validate({
         "judges": {"gpt": {"type": "openai", "base_url": url, "model": "m",
                            "price_input_per_1k": 0.5, "price_output_per_1k": 2.0,
                            "max_retries": 0, "timeout_s": 5, "deadline_s": 5}},
-        "routes": [{"name": "all", "evaluators": [{"evaluator": e, "judge": "gpt"}
+        "routes": [{"name": "all", "evaluators": [{"evaluator": e, "judge": "gpt", **spec}
                                                   for e in evaluators]}]})
 
 
@@ -514,21 +514,43 @@ async def test_the_summary_gives_what_a_priced_judge_cost(tmp_path: Path) -> Non
     assert summary.markdown().endswith(summary.spend_line() + "\n")
 
 
-async def test_spend_on_evaluations_that_failed_is_told_apart(tmp_path: Path) -> None:
+async def test_spend_on_evaluations_that_failed_is_counted(tmp_path: Path) -> None:
     # The second answer is not usable: its evaluation is an error result, but the tokens
-    # were billed. The judges' meters count them; the total line says where they went.
+    # were billed. The error result says which judge failed and what that cost, so the
+    # summary's figures from results match what the judges metered.
     items = list(read_items([write(tmp_path / "r.jsonl", [
         evaldata(i, "refusal", True, input="q", output=f"answer {i}") for i in range(2)])]))
+    sink = (tmp_path / "out.jsonl").open("wb")
     async with llm_server(prompt_tokens=100) as server:
         server.fail_next("ok", "nooptions")
         summary = await offline.run(_priced_settings(server.url, ["refusal"]), items,
-                                    topic="t", concurrency=1)
+                                    topic="t", concurrency=1, sink=sink)
+    sink.close()
+    error = next(r for r in map(load_json, (tmp_path / "out.jsonl").read_bytes().splitlines())
+                 if r["status"] == "error")
+    assert error["judge"]["backend"] == "openai"
+    assert error["judge"]["model"] == "m"
+    assert (error["judge"]["requests"], error["judge"]["tokens_in"],
+            error["judge"]["tokens_out"]) == (1, 100, 1)
+    assert error["judge"]["cost_usd"] == pytest.approx(0.052)
     evaluator = summary.by_key[("all", "refusal")]
     assert (evaluator.n, evaluator.errors) == (1, 1)
     assert summary.metered_tokens == 202
+    assert summary.spend_line() == (
+        "judge total: 2 requests, 200 tokens in, 2 out over 2 evaluations (1.00 requests, "
+        "101.0 tokens per evaluation); cost USD 0.104 (USD 52 per 1,000 evaluations)")
+
+
+def test_spend_no_result_carries_is_told_apart() -> None:
+    # e.g. an evaluator's first judge call answered, its second failed: the error result
+    # carries the failed call's spend only. The judges' meters say how much more went.
+    summary = Summary(metered_tokens=30, metered_cost_usd=0.03)
+    summary.add(_result(status="error", error="judge: x", judge=JudgeInfo(
+        backend="openai", requests=1, tokens_in=10, tokens_out=0, cost_usd=0.01)), None)
     assert summary.spend_line().endswith(
-        "; the judges metered 202 tokens, USD 0.104 in all: the rest went to evaluations "
-        "that ended in error")
+        "; cost USD 0.01 (USD 10 per 1,000 evaluations); the judges metered 30 tokens, "
+        "USD 0.03 in all: the rest is in no result (a failed call of an evaluation that made "
+        "several)")
 
 
 def test_main_with_the_builtin_judge_prints_no_cost_columns(
@@ -557,3 +579,20 @@ def test_a_builtin_evaluator_beside_a_priced_one_shows_no_zeros() -> None:
     assert llm["USD/1k evals"] == "10"
     assert [local[c] for c in ("judge req/eval", "tokens in/eval", "tokens out/eval",
                                "cost USD", "USD/1k evals")] == ["builtin", "-", "-", "-", "-"]
+
+
+async def test_a_failed_reason_request_still_counts_in_the_results_spend(
+        tmp_path: Path) -> None:
+    # The score stands without its explanation, but the reason request was sent: the
+    # result's judge usage (and so the summary) counts it.
+    items = list(read_items([write(tmp_path / "r.jsonl", [
+        evaldata(1, "refusal", True, input="q", output="answer")])]))
+    async with llm_server(prompt_tokens=100) as server:
+        server.fail_next("ok", "500")
+        summary = await offline.run(
+            _priced_settings(server.url, ["refusal"], reasons="always"), items, topic="t")
+    assert len(server.posts) == 2
+    evaluator = summary.by_key[("all", "refusal")]
+    assert (evaluator.n, evaluator.errors) == (1, 0)
+    assert evaluator.spend.requests == 2
+    assert evaluator.spend.cost_usd == pytest.approx(0.052)  # the 500 was not billed

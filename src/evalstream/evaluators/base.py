@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from evalstream.config import EvaluatorSpec
 from evalstream.errors import JudgeError
 from evalstream.events import JudgeInfo, TraceEvent
-from evalstream.judges.base import GenerateRequest, Judge
+from evalstream.judges.base import GenerateRequest, Judge, judge_info_of
 
 __all__ = [
     "INITIAL_VERSION",
@@ -219,9 +219,12 @@ async def add_reason(
     )
     try:
         generation = await evaluator.judge.generate(request)
-    except JudgeError:
+    except JudgeError as exc:
         # Unsupported or failed: the score stands on its own; a missing explanation is not
-        # worth an error result.
+        # worth an error result. What the failed request spent still counts.
+        spent = judge_info_of(exc)
+        if spent is not None and spent.requests:
+            return replace(score, reason=rationale, judge=merge_judge_info(score.judge, spent))
         return replace(score, reason=rationale)
     text = generation.text.strip() or rationale
     return replace(score, reason=text, judge=merge_judge_info(score.judge, generation.info))
