@@ -30,7 +30,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Any
 
-from prometheus_client import Counter
+import prometheus_client
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -215,7 +215,7 @@ async def run(settings: Settings, items: Sequence[Item], *, topic: str, concurre
     return summary
 
 
-def _total(counter: Counter) -> float:
+def _total(counter: prometheus_client.Counter) -> float:
     """The sum of ``counter`` over all its label values."""
     return sum(sample.value for family in counter.collect() for sample in family.samples
                if sample.name.endswith("_total"))
