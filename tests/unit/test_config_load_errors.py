@@ -79,6 +79,17 @@ def test_yaml_boolean_labels_of_a_classifier_say_to_quote_them(
     assert "quote it" in err
 
 
+def test_a_number_where_text_is_expected_gets_no_yaml_boolean_hint(tmp_path: Path) -> None:
+    # The hint is for booleans only: telling a user who wrote `name: 42` that YAML read a
+    # yes/no word would send them looking for one.
+    path = tmp_path / "number.yaml"
+    path.write_text("routes:\n  - name: 42\n    evaluators: [{evaluator: refusal}]\n",
+                    encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"routes\.0\.name: .*valid string") as info:
+        load_settings(path)
+    assert "quote it" not in str(info.value)
+
+
 @pytest.mark.parametrize(("yaml_text", "where", "meant"), [
     ("kafka:\n  bootstrap_server: k:9092\n", r"kafka\.bootstrap_server", "bootstrap_servers"),
     ("kafak: {}\n", "kafak", "kafka"),
@@ -86,6 +97,10 @@ def test_yaml_boolean_labels_of_a_classifier_say_to_quote_them(
      r"routes\.0\.sesion", "session"),
     ("routes:\n  - name: r\n    evaluators: [{evaluator: refusal, sample_rat: 0.5}]\n",
      r"routes\.0\.evaluators\.0\.sample_rat", "sample_rate"),
+    # An optional section (``SessionWindow | None``): the None member is no model to list
+    # the settings of (checked: this case fails when any class counts as a model).
+    ("routes:\n  - name: r\n    session: {max_event: 5}\n    evaluators: [{evaluator: refusal}]\n",
+     r"routes\.0\.session\.max_event", "max_events"),
     # A judge's path is the file's, without pydantic's tag of the union of judge kinds
     # (judges.g.openai.dedline_s named a key no file or variable has).
     ("judges:\n  g: {type: openai, base_url: 'http://x', model: m, dedline_s: 3}\n",
