@@ -11,11 +11,13 @@ from typing import Any
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry
+from pydantic import ValidationError
 
 from evalstream.app.checks import check_fields_provided, config_warnings
 from evalstream.app.pipeline import Pipeline
 from evalstream.app.reach import attributes_read
 from evalstream.config import load_settings
+from evalstream.config.routes import Strata
 from evalstream.errors import ConfigError
 from evalstream.evaluators import registry
 from evalstream.events import TraceEvent
@@ -284,6 +286,33 @@ def test_error_results_stay_one_per_evaluator_however_many_strata() -> None:
     largest = pipeline.largest_error_results()
     assert [(r.evaluator, r.sample_rate) for r in largest] == [
         ("cheap", 0.123456789), ("costly", 0.123456789 * 0.5)]
+
+
+def test_error_results_skip_the_rates_of_0_a_route_with_strata_may_keep() -> None:
+    # A route at 0 with a live stratum is valid (test_a_route_at_0_with_a_live_stratum_...);
+    # a result at rate 0 is not (EvalResult.sample_rate > 0), so sizing one would fail the
+    # start-up (checked: this fails when rates of 0 are not skipped).
+    pipeline, _ = make(route({"by": "tenant", "rates": {"a": 0.5}}, sample_rate=0.0))
+    assert [(r.evaluator, r.sample_rate) for r in pipeline.largest_error_results()] == [
+        ("cheap", 0.5), ("costly", 0.25)]
+    off, _ = make(route({"by": "tenant", "rates": {"a": 0.0}}, sample_rate=0.0))
+    assert off.largest_error_results() == []
+
+
+def test_error_results_size_the_routes_own_rate_when_it_is_the_longest() -> None:
+    # The route's own evaluations count as much as its strata's (checked: this fails when
+    # only the strata's are looked at).
+    pipeline, _ = make(route({"by": "tenant", "rates": {"a": 0.5}}, sample_rate=0.123456789))
+    assert [(r.evaluator, r.sample_rate) for r in pipeline.largest_error_results()] == [
+        ("cheap", 0.123456789), ("costly", 0.123456789 * 0.5)]
+
+
+def test_strata_are_bounded() -> None:
+    # Each stratum's evaluations are built at start-up: the documented bound is 10,000.
+    rates = {f"t{i}": 0.5 for i in range(10_000)}
+    assert len(Strata(by="tenant", rates=rates).rates) == 10_000
+    with pytest.raises(ValidationError, match="at most 10000"):
+        Strata(by="tenant", rates={**rates, "one-more": 0.5})
 
 
 # --- No silent filters -----------------------------------------------------------------------
