@@ -87,6 +87,17 @@ async def test_an_evaluator_rate_scores_a_nested_subset_of_its_route() -> None:
         scored["cheap"])
 
 
+async def test_a_route_whose_every_evaluator_has_its_own_rate_scores_only_that_share() -> None:
+    # No evaluator at the route's rate: each one's own threshold still applies (the route's
+    # shortcut for "every evaluator at 1" must not take this route for one; checked: this
+    # fails when it does, and every sampled event was scored).
+    pipeline, _ = make(routes=[{"name": "main", "evaluators": [
+        {"evaluator": "unit_scripted", "sample_rate": 0.1}]}])
+    scored = [len(await pipeline.evaluate(ev(i), topic="traces")) for i in range(2000)]
+    assert set(scored) == {0, 1}
+    assert abs(sum(scored) / 2000 - 0.1) < 0.02
+
+
 async def test_an_evaluator_rate_change_keeps_result_ids() -> None:
     full, _ = make()
     tenth, _ = make(routes=[{"name": "main", "evaluators": [
