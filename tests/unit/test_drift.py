@@ -14,6 +14,7 @@ from evalstream.drift import (
     Detector,
     LabelWindow,
     SlidingCounts,
+    WindowStats,
     average_run_length,
     chi2_sf,
     cusum,
@@ -43,7 +44,7 @@ def test_wilson_matches_known_values() -> None:
 def test_window_reports_not_enough_data_instead_of_zero() -> None:
     counts = SlidingCounts(bucket_s=1, horizon_s=60)
     empty = counts.stats(now=100.0, window_s=60, min_samples=5)
-    assert (empty.n, empty.rate, empty.lower, empty.upper) == (0, None, None, None)
+    assert empty == WindowStats(0, 0.0, 0.0, None, None, None)  # no weight, no n_eff either
     for i in range(4):
         counts.add(100.0 + i, hit=False)
     tiny = counts.stats(now=104.0, window_s=60, min_samples=5)
@@ -79,7 +80,8 @@ def test_window_slides_and_memory_is_bounded() -> None:
     counts = SlidingCounts(bucket_s=10, horizon_s=300)
     for t in range(3000):  # 50 minutes, one observation a second
         counts.add(float(t), hit=t >= 2900)
-    assert len(counts) <= 31
+    # Exactly the horizon's 30 buckets: "<= 31" let an off-by-one in pruning keep one more.
+    assert len(counts) == 30
     last_100s = counts.stats(now=2999.0, window_s=100, min_samples=1)
     assert last_100s.n == 100
     assert last_100s.rate == pytest.approx(1.0)
@@ -115,6 +117,16 @@ def test_reading_a_quiet_window_drops_its_expired_buckets() -> None:
     assert len(counts) == 3
     assert counts.stats(now=1000.0, window_s=60, min_samples=1).n == 0
     assert len(counts) == 0
+
+
+def test_a_window_of_zero_weight_reports_no_rate_instead_of_dividing_by_zero() -> None:
+    # A weight of 0 is accepted by ``add`` (an observation standing for no one): the window
+    # then has observations but no weight, and Kish's n (w**2 / w2) would be 0 / 0
+    # (checked: this fails when the guard needs both n == 0 and w <= 0).
+    counts = SlidingCounts(bucket_s=10, horizon_s=60)
+    counts.add(5.0, hit=True, weight=0.0)
+    assert counts.stats(now=5.0, window_s=60, min_samples=1) == WindowStats(
+        0, 0.0, 0.0, None, None, None)
 
 
 def test_format_window() -> None:
