@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -27,7 +27,7 @@ from evalstream.events import EvalResult, JudgeInfo, load_json
 from evalstream.metrics import Metrics
 from evalstream.sinks.kafka import KafkaSink
 from evalstream.sinks.memory import MemorySink
-from evalstream.sinks.otel_results import error_type, otel_result
+from evalstream.sinks.otel_results import OtelEncoding, error_type, otel_result
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 SPAN = "b7ad6b7169203331"
@@ -154,10 +154,32 @@ def test_an_error_result_carries_a_fixed_error_type_never_its_text() -> None:
     ("ValueError: the user's text", "ValueError"),
     ("the user's text: more", "_OTHER"),
     ("no colon at all", "_OTHER"),
+    # No colon, no class: a one-word error may be the trace's own word.
+    ("Paris", "_OTHER"),
+    ("judge", "_OTHER"),
+    # An exception's name up to 64 characters; longer is not one.
+    ("E" * 64 + ": text", "E" * 64),
+    ("E" * 65 + ": text", "_OTHER"),
     (None, "_OTHER"),
 ])
 def test_error_type(error: str | None, kind: str) -> None:
     assert error_type(error) == kind
+
+
+@pytest.mark.parametrize("evaluated_at", [
+    AT.astimezone(timezone(timedelta(hours=2))),  # the same instant, written at +02:00
+    AT.replace(tzinfo=None),  # naive: taken as UTC
+])
+@pytest.mark.parametrize("encoding", ["otlp_proto", "otlp_json"])
+def test_the_event_time_is_the_instant_evaluated_whatever_its_zone(
+        evaluated_at: datetime, encoding: OtelEncoding) -> None:
+    value = otel_result(_result(evaluated_at=evaluated_at), service_name="s",
+                        scope_version="1", encoding=encoding, observed_ns=OBSERVED)
+    if encoding == "otlp_json":
+        request = json_format.Parse(value, ExportLogsServiceRequest())
+    else:
+        request = ExportLogsServiceRequest.FromString(value)
+    assert _record(request).time_unix_nano == 1_796_040_000_123_456_000
 
 
 def test_a_canary_says_so() -> None:
