@@ -103,16 +103,6 @@ class Planned:
         object.__setattr__(self, "weight", weight)
         object.__setattr__(self, "weight_squared", weight * weight)
 
-    @property
-    def route(self) -> str:
-        """The route's name."""
-        return self.bound.route
-
-    @property
-    def evaluator(self) -> str:
-        """The evaluator's label."""
-        return self.bound.label
-
 
 @dataclass(slots=True)
 class RouteRuntime:
