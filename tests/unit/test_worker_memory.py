@@ -23,7 +23,7 @@ from evalstream.app.worker import Worker
 from evalstream.config import OpenAIJudgeConfig
 from evalstream.errors import OutputRejectedError, SourceError
 from evalstream.events import Alert, EvalResult, RawRecord
-from evalstream.judges.base import Judgement, JudgeRequest
+from evalstream.judges.base import Judge, Judgement, JudgeRequest
 from evalstream.judges.openai_compat import OpenAIJudge
 from evalstream.judges.spend import SpendCap, SpendWindow
 from evalstream.metrics import Metrics
@@ -677,15 +677,21 @@ class CappedJudge(NullJudge):
         self.cap.waits.stop(scopes)
 
 
-def capped_worker(records: list[RawRecord]) -> tuple[Worker, MemorySource, MemorySink,
-                                                     CappedJudge]:
-    judge = CappedJudge()
+def judged_worker(judge: Judge, records: list[RawRecord]
+                  ) -> tuple[Worker, MemorySource, MemorySink]:
+    """A worker asking ``judge`` (as "builtin") about ``records``, 4 in flight, a 30 s drain."""
     source, sink = MemorySource(records), MemorySink()
     worker = Worker(settings(worker={"shutdown_timeout_s": 30, "commit_interval_s": 0.02,
                                      "max_in_flight": 4}),
                     registry=CollectorRegistry(), judges={"builtin": judge}, source=source,
                     sink=sink)
-    return worker, source, sink, judge
+    return worker, source, sink
+
+
+def capped_worker(records: list[RawRecord]) -> tuple[Worker, MemorySource, MemorySink,
+                                                     CappedJudge]:
+    judge = CappedJudge()
+    return (*judged_worker(judge, records), judge)
 
 
 async def test_a_stop_cancels_evaluations_waiting_at_a_spend_cap() -> None:
@@ -743,11 +749,7 @@ async def test_a_revoked_partitions_evaluation_reaching_a_spend_cap_later_does_n
     # hour), holding its slot for work redelivered to the partition's next owner, and the
     # revoke waited its deadline (15 s) for it.
     judge = LateCappedJudge()
-    source, sink = MemorySource([raw(0, "ask_judge"), raw(1)]), MemorySink()
-    worker = Worker(settings(worker={"shutdown_timeout_s": 30, "commit_interval_s": 0.02,
-                                     "max_in_flight": 4}),
-                    registry=CollectorRegistry(), judges={"builtin": judge}, source=source,
-                    sink=sink)
+    worker, source, sink = judged_worker(judge, [raw(0, "ask_judge"), raw(1)])
     loop = asyncio.get_running_loop()
     async with started(worker):
         await until(lambda: judge.asked == 1 and len(sink.results) == 1)
@@ -794,11 +796,7 @@ async def test_a_revoke_cancels_an_evaluation_waiting_at_a_judges_rate_limit() -
         judge = OpenAIJudge("builtin", OpenAIJudgeConfig(
             base_url=server.url, model="judge-model", requests_per_s=0.05, timeout_s=2.0,
             deadline_s=20.0, cache_size=0), Metrics())
-        source, sink = MemorySource([raw(0, "ask_judge"), raw(1, "ask_judge")]), MemorySink()
-        worker = Worker(settings(worker={"shutdown_timeout_s": 30, "commit_interval_s": 0.02,
-                                         "max_in_flight": 4}),
-                        registry=CollectorRegistry(), judges={"builtin": judge},
-                        source=source, sink=sink)
+        worker, source, sink = judged_worker(judge, [raw(0, "ask_judge"), raw(1, "ask_judge")])
         loop = asyncio.get_running_loop()
         try:
             async with started(worker):
@@ -824,12 +822,7 @@ async def test_a_revoke_cancels_evaluations_waiting_for_a_judges_connection_slot
         judge = OpenAIJudge("builtin", OpenAIJudgeConfig(
             base_url=server.url, model="judge-model", max_concurrency=1, timeout_s=5.0,
             deadline_s=20.0, cache_size=0), Metrics())
-        source = MemorySource([raw(n, "ask_judge") for n in range(3)])
-        sink = MemorySink()
-        worker = Worker(settings(worker={"shutdown_timeout_s": 30, "commit_interval_s": 0.02,
-                                         "max_in_flight": 4}),
-                        registry=CollectorRegistry(), judges={"builtin": judge},
-                        source=source, sink=sink)
+        worker, source, sink = judged_worker(judge, [raw(n, "ask_judge") for n in range(3)])
         loop = asyncio.get_running_loop()
         try:
             async with started(worker):
