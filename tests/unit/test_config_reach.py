@@ -284,6 +284,53 @@ def test_judges_no_evaluator_uses_are_said() -> None:
         "are never asked"]
 
 
+def _label_warnings(labels: dict[str, str], judge: str, judges: dict[str, Any],
+                    evaluator: str = "classifier") -> list[str]:
+    params = ({"labels": labels} if evaluator == "classifier" else {"topics": labels})
+    uses = [route("r", evaluators=[{"evaluator": evaluator, "name": "intent", "judge": judge,
+                                    "params": params}])]
+    settings = pipeline_settings(routes=uses, judges=judges)
+    metrics = Metrics(CollectorRegistry())
+    built = build_judges(settings.judges, metrics)
+    # Only these findings (the judges this evaluator does not use are said as unused).
+    return [w for w in config_warnings(settings, Pipeline(settings, built, metrics))
+            if not w.startswith("judges: ")]
+
+
+def test_labels_an_llm_judge_answers_0_1_for_are_said_at_start_up() -> None:
+    # Before: only the judge's runtime log at the first request (judge_options_not_first_token)
+    # said that these labels turn its answers into JSON ones, probabilities 0/1.
+    llm = {"type": "openai", "base_url": "http://127.0.0.1:9", "model": "m", "deadline_s": 10,
+           "timeout_s": 5}
+    judges = {"llm": llm, "never": {**llm, "logprobs": "never"},
+              "cheap": {"type": "cascade", "first": "builtin", "then": "llm"},
+              "cheap_never": {"type": "cascade", "first": "builtin", "then": "never"}}
+    many = {"billing_refund": "money back", "needs-human": "escalate", "billing": "bills"}
+    [said] = _label_warnings(many, "llm", judges)
+    assert said == (
+        "routes[0] (r) evaluator 'intent': its labels cannot be told apart by the first token "
+        "(not one word each: ['billing_refund', 'needs-human']), so judge 'llm' asks for a "
+        "JSON answer: probabilities are 0/1 (confidence always 1) and calibration metrics "
+        "degenerate; use one-word labels (letters or digits, none a prefix of another) to "
+        "keep probabilities, or accept it")
+    # A cascade ending in the LLM judge: its escalations are answered so.
+    [said] = _label_warnings(many, "cheap", judges)
+    assert "judge 'llm' asks for a JSON answer" in said
+    # One word each, but one a prefix of another: the judge's predicate refuses them too.
+    [said] = _label_warnings({"account": "a", "accounting": "b"}, "llm", judges)
+    assert "(one the prefix of another: ['account/accounting'])" in said
+    # Topics are labels too (and "other" is added to them).
+    [said] = _label_warnings({"billing_refund": "x", "shipping": "y"}, "llm", judges,
+                             evaluator="topic")
+    assert "not one word each: ['billing_refund']" in said
+    # Quiet: one-word labels; a judge that never asks for logprobs (JSON whatever the
+    # labels); the builtin judge, which scores topics itself.
+    assert _label_warnings({"billing": "x", "account": "y"}, "llm", judges) == []
+    assert _label_warnings(many, "never", judges) == []
+    assert _label_warnings(many, "cheap_never", judges) == []
+    assert _label_warnings({"billing_refund": "x"}, "builtin", judges, evaluator="topic") == []
+
+
 async def test_events_without_the_sampling_key_are_said_once() -> None:
     # No format is certain never to set a session id, so only the traffic can tell that
     # `sampling.key: session_id` samples each event on its own: said once, when it does.

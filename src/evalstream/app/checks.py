@@ -14,6 +14,7 @@ from evalstream.config import (
     DriftSettings,
     EvaluatorSpec,
     InputTopic,
+    OpenAIJudgeConfig,
     Route,
     Settings,
     masked_dump,
@@ -23,6 +24,7 @@ from evalstream.evaluators import registry
 from evalstream.evaluators.base import Evaluator
 from evalstream.evaluators.labels import LabelEvaluator
 from evalstream.formats import NEVER_SET, decoder_for
+from evalstream.judges.logprobs import first_token_distinguishable
 from evalstream.judges.registry import build_judges
 from evalstream.metrics import Metrics
 from evalstream.sinks.kafka import KafkaSink, result_record_bytes
@@ -254,7 +256,61 @@ def config_warnings(settings: Settings, pipeline: Pipeline) -> list[str]:
                 found.append(f"{where} evaluator {spec.label!r}: reasons: failures never "
                              f"gives a reason, as no label counts as a failure (set its "
                              f"failing labels, or reasons: always)")
+            if isinstance(evaluator, LabelEvaluator):
+                found.extend(_json_answers(settings, where, spec, evaluator.options()))
     return found
+
+
+def _logprob_judges(settings: Settings, name: str) -> list[str]:
+    """The OpenAI judges that may answer for judge ``name`` by logprobs: itself, or any
+    step of its cascade (nested ones too).
+
+    Any step, not only the last: an OpenAI first step answering 0/1 is always confident,
+    so it never escalates either. A judge with ``logprobs: never`` asks for JSON answers
+    whatever the labels, so one-word labels would change nothing there. The builtin judge
+    scores labels itself (a topic's words), whatever their spelling.
+    """
+    found: list[str] = []
+    pending, seen = [name], set()
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        judge = settings.judges.get(current)
+        if isinstance(judge, CascadeJudgeConfig):
+            pending.extend((judge.then, judge.first))
+        elif isinstance(judge, OpenAIJudgeConfig) and judge.logprobs != "never":
+            found.append(current)
+    return sorted(found)
+
+
+def _json_answers(settings: Settings, where: str, spec: EvaluatorSpec,
+                  options: tuple[str, ...]) -> list[str]:
+    """A finding when an LLM judge cannot read ``options`` from its first token.
+
+    The judge decides so with :func:`first_token_distinguishable` (and then logs
+    ``judge_options_not_first_token`` at the first request); the same predicate here says
+    it before any traffic, naming the labels it refuses.
+    """
+    if first_token_distinguishable(options):
+        return []
+    llm = _logprob_judges(settings, spec.judge)
+    if not llm:
+        return []
+    words = [o for o in options if not first_token_distinguishable((o,))]
+    prefixes = [f"{a}/{b}" for a in options for b in options
+                if a != b and first_token_distinguishable((a,)) and
+                first_token_distinguishable((b,)) and not first_token_distinguishable((a, b))
+                and len(a) <= len(b)]
+    why = "; ".join(part for part in (
+        f"not one word each: {words}" if words else "",
+        f"one the prefix of another: {prefixes}" if prefixes else "") if part)
+    return [f"{where} evaluator {spec.label!r}: its labels cannot be told apart by the first "
+            f"token ({why}), so judge {', '.join(map(repr, llm))} asks for a JSON answer: "
+            f"probabilities are 0/1 (confidence always 1) and calibration metrics degenerate; "
+            f"use one-word labels (letters or digits, none a prefix of another) to keep "
+            f"probabilities, or accept it"]
 
 
 def check_pipeline(settings: Settings, pipeline: Pipeline) -> list[str]:
