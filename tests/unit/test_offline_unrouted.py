@@ -1,4 +1,5 @@
-"""`evalstream eval` says so when nothing was evaluated because items matched no route."""
+"""`evalstream eval` says so when nothing was evaluated because items matched no route, or
+were sampled out."""
 
 from __future__ import annotations
 
@@ -81,6 +82,28 @@ def test_none_evaluated_with_some_sampled_out_and_the_rest_unrouted_is_explained
     assert code == 0
     assert "10 without results (no_route: 5, sampling: 5)" in out
     assert "5 of 10 items matched no route (no_route: 5, sampling: 5)" in err
+    assert "5 of 10 items were sampled out" in err  # and sampling is the other half
+
+
+SAMPLED = ("routes:\n  - name: bot\n    sample_rate: {rate}\n"
+           "    evaluators: [{{evaluator: refusal, sample_rate: {evaluator}}}]\n")
+
+
+@pytest.mark.parametrize(("rate", "evaluator"), [(0.0, 1.0), (1.0, 0.001)])
+def test_every_item_sampled_out_is_explained(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], rate: float,
+        evaluator: float) -> None:
+    # Was: "3 items, 3 without results (sampling: 3)", an empty table, exit 0 and nothing
+    # on stderr to say eval samples as the worker does, nor how to score everything.
+    rows = [{"event_id": f"e{i}", "output": "Sure."} for i in range(3)]
+    code, out, err = run_eval(tmp_path, SAMPLED.format(rate=rate, evaluator=evaluator), rows,
+                              capsys)
+    assert code == 0
+    assert "3 items, 3 without results (sampling: 3)" in out
+    assert ("evalstream eval: warning: nothing was evaluated: 3 of 3 items were sampled out. "
+            "eval applies the config's sample rates") in err
+    assert "set them to 1 in a copy of the config" in err
+    assert "matched no route" not in err
 
 
 def test_no_warning_when_some_items_are_evaluated(

@@ -50,7 +50,7 @@ from evalstream.judges.base import Judge
 from evalstream.judges.registry import build_judges, close_judges
 from evalstream.metrics import Metrics
 
-__all__ = ["add_arguments", "default_settings", "main", "run", "unrouted_hint"]
+__all__ = ["add_arguments", "default_settings", "main", "run", "sampled_out_hint", "unrouted_hint"]
 
 EPILOG = (
     "Bad input lines (not UTF-8, not JSON, not a trace event or evaldata item) are reported "
@@ -293,6 +293,23 @@ def unrouted_hint(summary: Summary, settings: Settings, items: Sequence[Item],
     return text
 
 
+def sampled_out_hint(summary: Summary) -> str | None:
+    """Why nothing was evaluated, when sampling is (part of) the reason; else None.
+
+    eval samples as the worker does, so a config sampling live traffic at 1% scores about
+    1% of a file, and a small file often none of it: an empty table and exit 0, with only
+    a ``sampling`` count to tell.
+    """
+    sampled = summary.skipped.get("sampling", 0)
+    if not sampled or summary.without_results < summary.items:
+        return None
+    return (f"nothing was evaluated: {sampled} of {summary.items} items were sampled out. "
+            f"eval applies the config's sample rates as the worker does (sampling.rate x each "
+            f"route's sample_rate or strata rate x an evaluator's sample_rate; the same items "
+            f"on every run). It has no option to ignore them: to score every item, set them "
+            f"to 1 in a copy of the config.")
+
+
 def _table(summary: Summary) -> Table:
     table = Table()
     rows = summary.rows()
@@ -349,11 +366,12 @@ def main(args: argparse.Namespace) -> int:
     out.print(summary.spend_line(), highlight=False)
     if args.markdown:
         args.markdown.write_text(summary.markdown(), encoding="utf-8")
-    hint = unrouted_hint(summary, settings, items, topic)
-    if hint is not None:
+    for hint in (unrouted_hint(summary, settings, items, topic), sampled_out_hint(summary)):
+        if hint is None:
+            continue
         # Last, after the (empty) table, so that it is what the terminal ends with. Exit 0
-        # still, as when every item is sampled out or skipped by its evaluators: the config
-        # is valid and the input was read; only exit 2 says either is not.
+        # still, as when every item is skipped by its evaluators: the config is valid and
+        # the input was read; only exit 2 says either is not.
         console.print(f"[bold yellow]evalstream eval: warning:[/bold yellow] {escape(hint)}",
                       highlight=False, soft_wrap=True)
     return 0
