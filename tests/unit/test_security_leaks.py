@@ -24,6 +24,7 @@ from prometheus_client import generate_latest
 from evalstream.app.pipeline import Pipeline
 from evalstream.config import load_settings, masked_dump
 from evalstream.events import TraceEvent, dump_json
+from evalstream.judges.openai_send import endpoint_host
 from evalstream.judges.registry import build_judges, close_judges
 from evalstream.logging import configure_logging
 from evalstream.metrics import Metrics
@@ -130,7 +131,7 @@ async def test_echoed_credentials_are_scrubbed_everywhere(
 async def test_transport_failures_name_only_the_host(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Connection refused, dropped connections and timeouts: httpx's exceptions carry the
-    URL (with its credentials and query); the judge's errors name only the host."""
+    URL (with its credentials and query); the judge's errors name only the host and port."""
     monkeypatch.setenv("SEC_TEST_KEY", API_KEY)
     configure_logging("DEBUG", "json")
     errors: list[str] = []
@@ -160,8 +161,12 @@ async def test_transport_failures_name_only_the_host(
         assert "bob:" not in text
     assert MARK not in logs
     # ...and the log line says which failure it was (it said only status=None).
-    assert "ConnectError talking to 127.0.0.1" in logs
-    assert "Timeout after 0.5s talking to 127.0.0.1" in logs
+    # With the port (it said only the host): which of the local endpoints refused.
+    assert "ConnectError talking to 127.0.0.1:9" in logs
+    assert f"Timeout after 0.5s talking to 127.0.0.1:{httpx.URL(server.url).port}" in logs
+    assert endpoint_host("https://bob:pw@h.example:8443/v1?k=v") == "h.example:8443"
+    assert endpoint_host("https://h.example:443/v1") == "h.example"  # default port
+    assert endpoint_host("http://[::1]:8000/v1") == "[::1]:8000"
     # httpx itself would have said more: prove the URL really carried the secrets.
     request = httpx.Client().build_request(
         "POST", judge_config("http://127.0.0.1:9/v1")["base_url"], params={"key": QUERY_KEY})

@@ -57,7 +57,7 @@ from evalstream.judges.waits import StoppableWaits
 from evalstream.logging import get_logger
 from evalstream.metrics import Metrics
 
-__all__ = ["RequestSender"]
+__all__ = ["RequestSender", "endpoint_host"]
 
 # The judge's logger: these events are the judge's own (judge_request_retry/_failed).
 _log = get_logger("evalstream.judges.openai")
@@ -78,12 +78,28 @@ def _backend_answered(error: JudgeError | None) -> bool:
     return error.status is not None and error.status != 200 and error.status < 500
 
 
+def endpoint_host(base_url: str) -> str:
+    """The endpoint's host, with its port when the URL gives one, for error messages.
+
+    The port tells apart judges on one host (two local servers, 127.0.0.1:8000 and :8001)
+    and names the one refusing connections. Never the URL's credentials, path or query:
+    they may hold a key. A default port (``:443`` on https) is dropped, as httpx drops it.
+    """
+    url = httpx.URL(base_url)
+    host = url.host
+    if not host:
+        return "judge"
+    if ":" in host:  # IPv6: bracketed, as in a URL, so its port reads apart from it
+        host = f"[{host}]"
+    return host if url.port is None else f"{host}:{url.port}"
+
+
 def _transport_error(error: JudgeError) -> dict[str, str]:
     """What failed, for a log line, when there was no HTTP answer (``status`` None).
 
     Without it a refused connection, a reset and a timeout all logged ``status=None``, and
     the operator had to find an error result to learn which. These messages are built by
-    ``_post`` from the exception's class and the judge's host only, never the URL or the
+    ``_post`` from the exception's class and the judge's host (and port) only, never the URL or the
     server's words (an HTTP error's text stays out of the logs, as it may echo a request).
     """
     return {"error": str(error)} if error.status is None else {}
@@ -121,8 +137,8 @@ class RequestSender:
                                     timeout_s=config.timeout_s,
                                     max_connections=config.max_concurrency)
         self._path = PATHS[config.api]
-        #: The endpoint's host, for error messages.
-        self.host = httpx.URL(config.base_url).host or "judge"
+        #: The endpoint's host (and port), for error messages.
+        self.host = endpoint_host(config.base_url)
         self._rps = (TokenBucket(config.requests_per_s, max(1.0, config.requests_per_s))
                      if config.requests_per_s else None)
         self._tpm = (TokenBucket(config.tokens_per_min / 60.0, float(config.tokens_per_min))
