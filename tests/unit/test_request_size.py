@@ -104,6 +104,6 @@ def test_no_error_result_is_larger_than_the_floor(seed: int) -> None:
                                              "tenant": _nasty(rng, 10)})
     (largest,) = pipeline.largest_error_results()  # one per configured evaluation
     plan = pipeline.plan(TraceEvent(event_id="e", trace_id="t"), "traces")[0]
-    assert plan.evaluator == largest.evaluator
+    assert plan.bound.label == largest.evaluator
     result = pipeline.failed(event, plan, _nasty(rng, rng.randint(0, 3000)))
     assert result_record_bytes(result) <= floor
