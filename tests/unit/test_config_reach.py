@@ -10,7 +10,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from evalstream.app.checks import check_fields_provided, check_settings, config_warnings
+from evalstream.app.checks import check_fields_provided, check_settings
+from evalstream.app.config_warnings import config_warnings
 from evalstream.app.intake import Intake
 from evalstream.app.pipeline import Pipeline
 from evalstream.app.reach import attributes_read

@@ -13,7 +13,8 @@ import yaml
 from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
-from evalstream.app.checks import check_fields_provided, config_warnings
+from evalstream.app.checks import check_fields_provided
+from evalstream.app.config_warnings import config_warnings
 from evalstream.app.pipeline import Pipeline
 from evalstream.app.reach import attributes_read
 from evalstream.config import load_settings

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from evalstream.app.bindings import Planned, build_routes, load_plugins
 from evalstream.app.calibration import Calibration, canary_marker, gold_keys
 from evalstream.app.canary_plan import CanaryPlanner
-from evalstream.config import Settings
+from evalstream.config import EvaluatorSpec, Route, Settings
 from evalstream.errors import JudgeError, SkipEvaluation
 from evalstream.evaluators.base import Evaluator, Score
 from evalstream.events import CANARY_ATTRIBUTE, EvalResult, JudgeInfo, TraceEvent
@@ -110,6 +110,15 @@ class Pipeline:
     def evaluators(self) -> list[Evaluator[Any]]:
         """Every configured evaluator instance, in route order."""
         return [b.evaluator for r in self._routes for b in r.evaluators]
+
+    def route_evaluators(self) -> Iterator[
+            tuple[int, Route, list[tuple[EvaluatorSpec, Evaluator[Any]]]]]:
+        """Each route (index in ``settings.routes``, config) with its evaluators' specs
+        paired with the instances built from them, for checks that need both."""
+        for ri, runtime in enumerate(self._routes):
+            route = runtime.route
+            yield ri, route, [(spec, bound.evaluator) for spec, bound
+                              in zip(route.evaluators, runtime.evaluators, strict=True)]
 
     @property
     def sampling_key(self) -> str:
