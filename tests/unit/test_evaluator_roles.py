@@ -13,12 +13,12 @@ from evalstream.errors import EvaluatorError, JudgeError, SkipEvaluation
 from evalstream.evaluators import registry
 from evalstream.evaluators.base import Evaluator
 from evalstream.evaluators.role_violation import RoleViolation
-from evalstream.events import Message, TraceEvent
-from evalstream.judges.base import GenerateRequest, JudgeRequest
+from evalstream.events import JudgeInfo, Message, TraceEvent
+from evalstream.judges.base import GenerateRequest, JudgeRequest, judge_info_of, with_judge_info
 from evalstream.judges.openai_compat import OpenAIJudge
 from evalstream.metrics import Metrics
 from tests.support.llm_server import llm_server
-from tests.support.scripted_judge import ScriptedJudge
+from tests.support.scripted_judge import ScriptedJudge, prompt_chars
 
 ROLE = "A cooking assistant that only discusses recipes and never gives medical advice."
 PROMPT = "You are ChefBot. Only talk about cooking. Never give medical advice. Be brief."
@@ -141,6 +141,49 @@ async def test_role_violation_keeps_its_score_when_an_llm_truncates_the_sections
     assert score.raw_score == pytest.approx(10.0)
     assert score.details["affected_sections"] == []
     assert [bool(r.body.get("logprobs")) for r in server.posts] == [True, False]
+
+
+class PricedJudge(ScriptedJudge):
+    """A scripted judge whose every answered call costs USD 0.01."""
+
+    def _info(self, chars: int) -> JudgeInfo:
+        return super()._info(chars).model_copy(update={"cost_usd": 0.01})
+
+
+def failed_call(request: JudgeRequest | GenerateRequest) -> Any:
+    """A call that was sent and paid for (40 tokens, USD 0.02), then failed."""
+    raise with_judge_info(JudgeError("judge 'llm': upstream 503 after retries"), JudgeInfo(
+        backend="openai", model="m", requests=1, tokens_in=40, tokens_out=0, cost_usd=0.02))
+
+
+async def test_role_violation_error_after_the_extraction_carries_its_spend() -> None:
+    # The extraction answered (paid), the conformance call failed: the error result must
+    # carry both calls, or the extraction's spend is in no result.
+    judge = PricedJudge({"role_violation": failed_call},
+                        generate={"role_extraction": extraction()})
+    with pytest.raises(JudgeError) as caught:
+        await make("role_violation", judge).evaluate(
+            TraceEvent(event_id="e", system_prompt=PROMPT, output="Add salt."))
+    info = judge_info_of(caught.value)
+    assert info is not None
+    assert (info.backend, info.model) == ("openai", "m")  # still names the judge that failed
+    extraction_tokens = prompt_chars(judge.generations[0]) // 4
+    assert (info.requests, info.tokens_in, info.tokens_out) == (2, 40 + extraction_tokens, 1)
+    assert info.cost_usd == pytest.approx(0.03)
+
+
+async def test_role_violation_failed_sections_request_spend_stays_on_the_score() -> None:
+    # The optional sections request was sent and failed: the score stands, with its spend.
+    judge = PricedJudge({"role_violation": {"yes": 0.2, "no": 0.8}},
+                        generate={"role_violation_sections": failed_call})
+    score = await make("role_violation", judge, expected_role="a cooking assistant",
+                       behaviours=["Never give medical advice"]).evaluate(
+        TraceEvent(event_id="e", output="Take two aspirin."))
+    assert score.label == "violates"
+    assert score.judge is not None
+    assert (score.judge.requests, score.judge.tokens_in) == (
+        2, 40 + prompt_chars(judge.requests[0]) // 4)
+    assert score.judge.cost_usd == pytest.approx(0.03)
 
 
 async def test_role_violation_with_configured_role_needs_no_extraction() -> None:

@@ -7,10 +7,11 @@ from typing import Any
 import pytest
 
 from evalstream.config import EvaluatorSpec
-from evalstream.errors import SkipEvaluation
+from evalstream.errors import JudgeError, SkipEvaluation
 from evalstream.evaluators import registry
-from evalstream.evaluators.base import Evaluator, merge_judge_info
+from evalstream.evaluators.base import Evaluator, charged_on_failure, merge_judge_info
 from evalstream.events import JudgeInfo, Message, TraceEvent
+from evalstream.judges.base import judge_info_of, with_judge_info
 from tests.support.scripted_judge import ScriptedJudge
 
 
@@ -333,3 +334,22 @@ def test_merged_judge_info_keeps_the_cascade_markers() -> None:
     unmarked = merge_judge_info(plain, plain)
     assert unmarked is not None
     assert unmarked.capped is False
+
+
+def test_charged_on_failure_adds_earlier_spend_to_the_error() -> None:
+    """A later call's error carries the earlier calls' spend; nothing spent, nothing added."""
+    earlier = JudgeInfo(backend="openai", model="m", requests=1, tokens_in=30, cost_usd=0.01)
+    failed = JudgeInfo(backend="openai", model="m", requests=1, tokens_in=10, cost_usd=0.02)
+    with pytest.raises(JudgeError) as caught, charged_on_failure(earlier):
+        raise with_judge_info(JudgeError("503"), failed)
+    info = judge_info_of(caught.value)
+    assert info is not None
+    assert (info.requests, info.tokens_in) == (2, 40)
+    assert info.cost_usd == pytest.approx(0.03)
+    # A judge that said nothing about the failure: the error still carries what was paid.
+    with pytest.raises(JudgeError) as caught, charged_on_failure(earlier):
+        raise JudgeError("503")
+    assert judge_info_of(caught.value) == earlier
+    with pytest.raises(JudgeError) as caught, charged_on_failure(None):
+        raise with_judge_info(JudgeError("503"), failed)
+    assert judge_info_of(caught.value) == failed

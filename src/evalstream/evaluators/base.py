@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -11,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from evalstream.config import EvaluatorSpec
 from evalstream.errors import JudgeError
 from evalstream.events import JudgeInfo, TraceEvent
-from evalstream.judges.base import GenerateRequest, Judge, judge_info_of
+from evalstream.judges.base import GenerateRequest, Judge, judge_info_of, with_judge_info
 
 __all__ = [
     "INITIAL_VERSION",
@@ -20,7 +22,9 @@ __all__ = [
     "EvaluatorParams",
     "Score",
     "add_reason",
+    "charged_on_failure",
     "merge_judge_info",
+    "spent_by",
     "wants_reason",
 ]
 
@@ -176,6 +180,35 @@ def merge_judge_info(first: JudgeInfo | None, second: JudgeInfo | None) -> Judge
     })
 
 
+def spent_by(error: JudgeError) -> JudgeInfo | None:
+    """What the failed call behind ``error`` spent, when it sent something (else None).
+
+    For an optional request whose failure the evaluation survives (a reason, sections): its
+    spend still belongs on the result. A call that sent nothing (an unsupported task, a
+    spend cap) adds nothing, so it leaves the result's ``judge`` as it was.
+    """
+    info = judge_info_of(error)
+    return info if info is not None and info.requests else None
+
+
+@contextmanager
+def charged_on_failure(spent: JudgeInfo | None) -> Iterator[None]:
+    """Charge ``spent`` to a ``JudgeError`` raised inside the block, then let it go on.
+
+    For an evaluator's later judge call: ``spent`` is what its earlier calls for the same
+    evaluation cost (already paid). The error result carries the failed call's
+    ``JudgeInfo`` only, so without this that spend would be in no result and in no
+    ``evalstream_evaluation_cost_usd_total``. The failed call's info comes first in the
+    sum, so the error result still names the judge that failed.
+    """
+    try:
+        yield
+    except JudgeError as exc:
+        if spent is not None:
+            with_judge_info(exc, merge_judge_info(judge_info_of(exc), spent) or spent)
+        raise
+
+
 def wants_reason(spec: EvaluatorSpec, passed: bool | None) -> bool:
     """Whether ``spec.reasons`` asks for an explanation of a result that ``passed``."""
     if spec.reasons == "always":
@@ -222,9 +255,7 @@ async def add_reason(
     except JudgeError as exc:
         # Unsupported or failed: the score stands on its own; a missing explanation is not
         # worth an error result. What the failed request spent still counts.
-        spent = judge_info_of(exc)
-        if spent is not None and spent.requests:
-            return replace(score, reason=rationale, judge=merge_judge_info(score.judge, spent))
-        return replace(score, reason=rationale)
+        return replace(score, reason=rationale,
+                       judge=merge_judge_info(score.judge, spent_by(exc)))
     text = generation.text.strip() or rationale
     return replace(score, reason=text, judge=merge_judge_info(score.judge, generation.info))

@@ -24,7 +24,14 @@ from evalstream.errors import (
     JudgeUnsupportedError,
     SkipEvaluation,
 )
-from evalstream.evaluators.base import Evaluator, Score, add_reason, merge_judge_info
+from evalstream.evaluators.base import (
+    Evaluator,
+    Score,
+    add_reason,
+    charged_on_failure,
+    merge_judge_info,
+    spent_by,
+)
 from evalstream.evaluators.common import (
     TextParams,
     binary_score,
@@ -33,7 +40,7 @@ from evalstream.evaluators.common import (
     yes_probability,
 )
 from evalstream.evaluators.registry import register
-from evalstream.events import TraceEvent, stable_hash
+from evalstream.events import JudgeInfo, TraceEvent, stable_hash
 from evalstream.judges.base import GenerateRequest, Generation, Judge, JudgeRequest
 from evalstream.judges.cache import TTLCache
 from evalstream.logging import get_logger
@@ -219,8 +226,9 @@ class RoleViolation(Evaluator[RoleViolationParams]):
                             data=tuple(data), hints=hints)
 
     async def _sections(self, request: JudgeRequest) -> tuple[list[dict[str, Any]],
-                                                               Generation | None]:
-        """The affected sections, or none when the optional request fails in any way.
+                                                               JudgeInfo | None]:
+        """The affected sections, or none when the optional request fails in any way; and
+        what the request spent (a failed one's too: it was paid).
 
         The conformance score is already computed: a failed or malformed sections answer
         (a JSON reply truncated at ``max_tokens``, ``"violated_behaviours": null``, ...)
@@ -233,16 +241,16 @@ class RoleViolation(Evaluator[RoleViolationParams]):
                 data=request.data, max_tokens=300,
                 json_schema_hint='{"sections": [{"text": string, "violated_behaviours": '
                                  "[string]}]}"))
-        except JudgeUnsupportedError:
-            return [], None  # this judge cannot name sections: not a failure
+        except JudgeUnsupportedError as exc:
+            return [], spent_by(exc)  # this judge cannot name sections: not a failure
         except JudgeError as exc:
             self._sections_failed(type(exc).__name__)
-            return [], None
+            return [], spent_by(exc)
         sections = parse_sections(generation.value, generation.text)
         if sections is None:
             self._sections_failed("malformed")
-            return [], generation
-        return sections, generation
+            return [], generation.info
+        return sections, generation.info
 
     def _sections_failed(self, kind: str) -> None:
         self.sections_failures += 1
@@ -253,16 +261,18 @@ class RoleViolation(Evaluator[RoleViolationParams]):
         require(event.output, "no_output")
         role, behaviours, extraction = await self.role_of(event)
         request = self.request(event, role, behaviours)
-        judgement = await self.judge.judge(request)
+        extracted = extraction.info if extraction else None
+        with charged_on_failure(extracted):  # the extraction was paid whatever happens now
+            judgement = await self.judge.judge(request)
         p = yes_probability(judgement)
         base = binary_score(p, threshold=self.params.threshold / 100.0,
                             labels=("conforms", "violates"),
                             probability_names=("conforms", "violates"), judgement=judgement)
-        info = merge_judge_info(extraction.info if extraction else None, judgement.info)
+        info = merge_judge_info(extracted, judgement.info)
         sections: list[dict[str, Any]] = []
         if not base.passed and self.params.sections:
-            sections, generation = await self._sections(request)
-            info = merge_judge_info(info, generation.info if generation else None)
+            sections, spent = await self._sections(request)
+            info = merge_judge_info(info, spent)
         score = Score(
             score=base.score, label=base.label, passed=base.passed, threshold=base.threshold,
             confidence=base.confidence, probabilities=base.probabilities,
