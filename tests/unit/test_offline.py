@@ -542,15 +542,15 @@ async def test_spend_on_evaluations_that_failed_is_counted(tmp_path: Path) -> No
 
 
 def test_spend_no_result_carries_is_told_apart() -> None:
-    # e.g. an evaluator's first judge call answered, its second failed: the error result
-    # carries the failed call's spend only. The judges' meters say how much more went.
+    # e.g. role_violation's extraction answered malformed JSON: an evaluator error, whose
+    # result names no judge. The judges' meters say how much more went.
     summary = Summary(metered_tokens=30, metered_cost_usd=0.03)
     summary.add(_result(status="error", error="judge: x", judge=JudgeInfo(
         backend="openai", requests=1, tokens_in=10, tokens_out=0, cost_usd=0.01)), None)
     assert summary.spend_line().endswith(
         "; cost USD 0.01 (USD 10 per 1,000 evaluations); the judges metered 30 tokens, "
-        "USD 0.03 in all: the rest is in no result (a failed call of an evaluation that made "
-        "several)")
+        "USD 0.03 in all: the rest is in no result (e.g. a judge answer an evaluator could not "
+        "use)")
 
 
 def test_main_with_the_builtin_judge_prints_no_cost_columns(

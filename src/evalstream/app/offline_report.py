@@ -237,9 +237,10 @@ class Summary:
     bad_lines: int = 0
     #: What the judges metered over the run (``evalstream_judge_tokens_total`` and
     #: ``evalstream_judge_cost_usd_total``, all judges): the results carry what their own
-    #: evaluations spent, error results what their failed call did, so this is more only
-    #: when a call's spend is in no result (an evaluation that made several calls and
-    #: failed at a later one keeps only that one's).
+    #: evaluations spent, error results what their failed evaluation did (earlier calls
+    #: included), so this is more only when a call's spend is in no result: an answer the
+    #: evaluator could not use (e.g. a malformed role extraction) is an evaluator error,
+    #: which names no judge.
     metered_tokens: int = 0
     metered_cost_usd: float = 0.0
 
@@ -286,8 +287,8 @@ class Summary:
                 or self.metered_cost_usd > total.cost_usd * (1 + 1e-9) + 1e-12):
             text += (f"; the judges metered {self.metered_tokens} tokens"
                      + (f", USD {usd(self.metered_cost_usd)}" if priced else "")
-                     + " in all: the rest is in no result (a failed call of an evaluation that "
-                     "made several)")
+                     + " in all: the rest is in no result (e.g. a judge answer an evaluator "
+                     "could not use)")
         return text
 
     def markdown(self) -> str:
