@@ -249,6 +249,25 @@ async def test_role_adherence_concurrent_events_share_requests() -> None:
     assert len(judge.requests) == 6
 
 
+async def test_role_adherence_result_carries_the_spend_of_every_request_it_sent() -> None:
+    # One event judging two turns sends two requests: both are paid, so both are on its
+    # result. The same event again finds both answers: it sent nothing and costs nothing
+    # (another result already carries that spend).
+    judge = PricedJudge({"role_adherence": {"yes": 0.9, "no": 0.1}})
+    evaluator = make("role_adherence", judge, chatbot_role=ROLE)
+    event = conversation(2)[-1]
+    first = (await evaluator.evaluate(event)).judge
+    assert first is not None
+    assert (first.requests, first.tokens_out, first.cached) == (2, 2, False)
+    assert first.tokens_in == sum(prompt_chars(r) // 4 for r in judge.requests)
+    assert first.cost_usd == pytest.approx(0.02)
+    again = (await evaluator.evaluate(event)).judge
+    assert again is not None
+    assert (again.backend, again.requests, again.tokens_in, again.tokens_out, again.cached) == (
+        "scripted", 0, 0, 0, True)
+    assert again.cost_usd == 0.0
+
+
 async def test_role_adherence_strict_and_system_prompt_role() -> None:
     judge = ScriptedJudge({"role_adherence": adheres_unless_3})
     strict = make("role_adherence", judge, role_from_system_prompt=True, strict_mode=True)

@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 
 from evalstream.config import EvaluatorSpec
 from evalstream.errors import SkipEvaluation
-from evalstream.evaluators.base import Evaluator, Score, add_reason
+from evalstream.evaluators.base import Evaluator, Score, add_reason, merge_judge_info
 from evalstream.evaluators.common import (
     TextParams,
     clip,
@@ -131,6 +131,22 @@ class RoleAdherence(Evaluator[RoleAdherenceParams]):
         judgement = await self.judge.judge(request)
         return _Verdict(yes_probability(judgement), judgement.info, judgement.rationale)
 
+    @staticmethod
+    def _spend(answers: list[tuple[_Verdict, bool]]) -> JudgeInfo | None:
+        """What this evaluation's own requests cost: every one it sent, summed; none for the
+        answers it found or joined in flight (another evaluation paid for those, and its
+        result says so). The latency is the slowest turn's, as the turns run at once."""
+        infos = [v.info for v, _ in answers if v.info is not None]
+        if not infos:
+            return None
+        spent = None
+        for verdict, hit in answers:
+            if not hit:
+                spent = merge_judge_info(spent, verdict.info)
+        if spent is None:  # all found: the judge, at no cost
+            spent = JudgeInfo(backend=infos[-1].backend, model=infos[-1].model, cached=True)
+        return spent.model_copy(update={"latency_ms": max(i.latency_ms for i in infos)})
+
     async def evaluate(self, event: TraceEvent) -> Score:
         """Judge the turns not judged before; score the adhering share."""
         role, trusted = self._role(event)
@@ -143,20 +159,11 @@ class RoleAdherence(Evaluator[RoleAdherenceParams]):
                                      partial(self._verdict, r))
             for r in requests))
         verdicts = [verdict for verdict, _ in answers]
-        # Requests this evaluation sent (not answers it found or joined in flight).
-        fresh = sum(not hit for _, hit in answers)
         adhered = [v.p_yes >= self.params.turn_threshold for v in verdicts]
         share = sum(adhered) / len(adhered)
         value = (1.0 if all(adhered) else 0.0) if self.params.strict_mode else share
         passed = value >= self.params.threshold
-        infos = [v.info for v in verdicts if v.info is not None]
-        info = None
-        if infos:
-            info = infos[-1].model_copy(update={
-                "requests": fresh,
-                "latency_ms": max(i.latency_ms for i in infos),
-                "cached": fresh == 0,
-            })
+        info = self._spend(answers)
         mean_p = sum(v.p_yes for v in verdicts) / len(verdicts)
         score = Score(
             score=value,
