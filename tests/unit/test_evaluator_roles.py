@@ -14,7 +14,13 @@ from evalstream.evaluators import registry
 from evalstream.evaluators.base import Evaluator
 from evalstream.evaluators.role_violation import RoleViolation
 from evalstream.events import JudgeInfo, Message, TraceEvent
-from evalstream.judges.base import GenerateRequest, JudgeRequest, judge_info_of, with_judge_info
+from evalstream.judges.base import (
+    GenerateRequest,
+    Generation,
+    JudgeRequest,
+    judge_info_of,
+    with_judge_info,
+)
 from evalstream.judges.openai_compat import OpenAIJudge
 from evalstream.metrics import Metrics
 from tests.support.llm_server import llm_server
@@ -172,6 +178,31 @@ async def test_role_violation_error_after_the_extraction_carries_its_spend() -> 
     assert info.cost_usd == pytest.approx(0.03)
 
 
+class YieldingJudge(PricedJudge):
+    """Generates after a yield to the event loop, so concurrent evaluations join the call."""
+
+    async def generate(self, request: GenerateRequest) -> Generation:
+        await asyncio.sleep(0)
+        return await super().generate(request)
+
+
+async def test_role_violation_extraction_failure_is_charged_to_one_joined_evaluation() -> None:
+    # Two events with the same new prompt share one extraction, which fails after being
+    # paid: one error result carries its spend, the other (which only waited) none.
+    judge = YieldingJudge({"role_violation": {"yes": 0.9}},
+                          generate={"role_extraction": failed_call})
+    evaluator = make("role_violation", judge)
+    errors = await asyncio.gather(*(
+        evaluator.evaluate(TraceEvent(event_id=str(i), system_prompt=PROMPT, output="Hi."))
+        for i in range(2)), return_exceptions=True)
+    assert len(judge.generations) == 1
+    assert all(isinstance(e, JudgeError) and "503" in str(e) for e in errors)
+    infos = [judge_info_of(e) for e in errors if isinstance(e, JudgeError)]
+    assert sorted((i.requests, i.tokens_in, i.cost_usd) for i in infos if i) == [
+        (0, 0, 0.0), (1, 40, 0.02)]
+    assert all(i is not None and (i.backend, i.model) == ("openai", "m") for i in infos)
+
+
 async def test_role_violation_failed_sections_request_spend_stays_on_the_score() -> None:
     # The optional sections request was sent and failed: the score stands, with its spend.
     judge = PricedJudge({"role_violation": {"yes": 0.2, "no": 0.8}},
@@ -266,6 +297,24 @@ async def test_role_adherence_result_carries_the_spend_of_every_request_it_sent(
     assert (again.backend, again.requests, again.tokens_in, again.tokens_out, again.cached) == (
         "scripted", 0, 0, 0, True)
     assert again.cost_usd == 0.0
+
+
+async def test_role_adherence_error_carries_the_turns_answered_before_it() -> None:
+    # Of the two turns one event judges, the first is answered (and kept for later events,
+    # which will not pay for it again), the second fails: the error carries both.
+    def second_fails(request: JudgeRequest) -> dict[str, float]:
+        if request.field("turn") == "answer 1":
+            failed_call(request)
+        return {"yes": 0.9, "no": 0.1}
+
+    judge = PricedJudge({"role_adherence": second_fails})
+    with pytest.raises(JudgeError) as caught:
+        await make("role_adherence", judge, chatbot_role=ROLE).evaluate(conversation(2)[-1])
+    info = judge_info_of(caught.value)
+    assert info is not None
+    assert (info.backend, info.requests, info.tokens_out) == ("openai", 2, 1)
+    assert info.tokens_in == 40 + prompt_chars(judge.requests[0]) // 4
+    assert info.cost_usd == pytest.approx(0.03)
 
 
 async def test_role_adherence_strict_and_system_prompt_role() -> None:

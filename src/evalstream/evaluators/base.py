@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+import copy
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Generic, TypeVar
@@ -14,6 +15,7 @@ from evalstream.config import EvaluatorSpec
 from evalstream.errors import JudgeError
 from evalstream.events import JudgeInfo, TraceEvent
 from evalstream.judges.base import GenerateRequest, Judge, judge_info_of, with_judge_info
+from evalstream.judges.cache import TTLCache
 
 __all__ = [
     "INITIAL_VERSION",
@@ -24,6 +26,7 @@ __all__ = [
     "add_reason",
     "charged_on_failure",
     "merge_judge_info",
+    "shared_call",
     "spent_by",
     "wants_reason",
 ]
@@ -51,6 +54,7 @@ class EvaluatorParams(BaseModel):
 
 
 P = TypeVar("P", bound=EvaluatorParams)
+V = TypeVar("V")
 
 #: Every evaluator's first version. At this version an evaluator adds nothing to its
 #: results' ids, so ids published before evaluators had versions stay the same.
@@ -199,7 +203,9 @@ def charged_on_failure(spent: JudgeInfo | None) -> Iterator[None]:
     evaluation cost (already paid). The error result carries the failed call's
     ``JudgeInfo`` only, so without this that spend would be in no result and in no
     ``evalstream_evaluation_cost_usd_total``. The failed call's info comes first in the
-    sum, so the error result still names the judge that failed.
+    sum, so the error result still names the judge that failed. The error is changed in
+    place, so it must be this evaluation's own: judges raise a new one per call, and a
+    call shared through a cache is to be made with :func:`shared_call`.
     """
     try:
         yield
@@ -207,6 +213,36 @@ def charged_on_failure(spent: JudgeInfo | None) -> Iterator[None]:
         if spent is not None:
             with_judge_info(exc, merge_judge_info(judge_info_of(exc), spent) or spent)
         raise
+
+
+async def shared_call(cache: TTLCache[V], key: str,
+                      compute: Callable[[], Awaitable[V]]) -> tuple[V, bool]:
+    """``cache.get_or_compute(key, compute)`` for a judge call evaluations share:
+    ``(value, hit)``.
+
+    A caller that joined another's call in flight, which then failed, gets an error of its
+    own that spent nothing (the judge's identity kept): the cache hands every such caller
+    the first caller's exception object, which carries the first caller's spend, and each
+    error result would count it again (and ``charged_on_failure`` on a shared object would
+    add one evaluation's spend to another's).
+    """
+    ran = False
+
+    async def run() -> V:
+        nonlocal ran
+        ran = True
+        return await compute()
+
+    try:
+        return await cache.get_or_compute(key, run)
+    except JudgeError as exc:
+        if ran:
+            raise
+        failure = copy.copy(exc)  # same type, message and retry hints; not the same object
+        info = judge_info_of(exc)
+        failure.judge_info = (None if info is None
+                              else JudgeInfo(backend=info.backend, model=info.model))
+        raise failure from exc
 
 
 def wants_reason(spec: EvaluatorSpec, passed: bool | None) -> bool:

@@ -16,8 +16,16 @@ from functools import partial
 from pydantic import Field, model_validator
 
 from evalstream.config import EvaluatorSpec
-from evalstream.errors import SkipEvaluation
-from evalstream.evaluators.base import Evaluator, Score, add_reason, merge_judge_info
+from evalstream.errors import JudgeError, SkipEvaluation
+from evalstream.evaluators.base import (
+    Evaluator,
+    Score,
+    add_reason,
+    charged_on_failure,
+    merge_judge_info,
+    shared_call,
+    spent_by,
+)
 from evalstream.evaluators.common import (
     TextParams,
     clip,
@@ -132,6 +140,15 @@ class RoleAdherence(Evaluator[RoleAdherenceParams]):
         return _Verdict(yes_probability(judgement), judgement.info, judgement.rationale)
 
     @staticmethod
+    def _fresh(answers: list[tuple[_Verdict, bool]]) -> JudgeInfo | None:
+        """The summed spend of the requests this evaluation sent itself (not hits)."""
+        spent = None
+        for verdict, hit in answers:
+            if not hit:
+                spent = merge_judge_info(spent, verdict.info)
+        return spent
+
+    @staticmethod
     def _spend(answers: list[tuple[_Verdict, bool]]) -> JudgeInfo | None:
         """What this evaluation's own requests cost: every one it sent, summed; none for the
         answers it found or joined in flight (another evaluation paid for those, and its
@@ -139,10 +156,7 @@ class RoleAdherence(Evaluator[RoleAdherenceParams]):
         infos = [v.info for v, _ in answers if v.info is not None]
         if not infos:
             return None
-        spent = None
-        for verdict, hit in answers:
-            if not hit:
-                spent = merge_judge_info(spent, verdict.info)
+        spent = RoleAdherence._fresh(answers)
         if spent is None:  # all found: the judge, at no cost
             spent = JudgeInfo(backend=infos[-1].backend, model=infos[-1].model, cached=True)
         return spent.model_copy(update={"latency_ms": max(i.latency_ms for i in infos)})
@@ -154,10 +168,21 @@ class RoleAdherence(Evaluator[RoleAdherenceParams]):
         if not turns:
             raise SkipEvaluation("no_output")
         requests = [self.request(role, trusted, user, turn) for _, user, turn in turns]
-        answers = await asyncio.gather(*(
-            self.memo.get_or_compute(stable_hash(r.instructions, r.data),
-                                     partial(self._verdict, r))
-            for r in requests))
+        outcomes = await asyncio.gather(*(
+            shared_call(self.memo, stable_hash(r.instructions, r.data),
+                        partial(self._verdict, r))
+            for r in requests), return_exceptions=True)
+        answers = [o for o in outcomes if not isinstance(o, BaseException)]
+        failures = [o for o in outcomes if isinstance(o, BaseException)]
+        if failures:
+            # The other turns' requests were paid (their answers are kept for later
+            # events, which will not pay again): the error result carries them.
+            spent = self._fresh(answers)
+            for other in failures[1:]:
+                if isinstance(other, JudgeError):
+                    spent = merge_judge_info(spent, spent_by(other))
+            with charged_on_failure(spent):
+                raise failures[0]
         verdicts = [verdict for verdict, _ in answers]
         adhered = [v.p_yes >= self.params.turn_threshold for v in verdicts]
         share = sum(adhered) / len(adhered)

@@ -30,6 +30,7 @@ from evalstream.evaluators.base import (
     add_reason,
     charged_on_failure,
     merge_judge_info,
+    shared_call,
     spent_by,
 )
 from evalstream.evaluators.common import (
@@ -191,8 +192,8 @@ class RoleViolation(Evaluator[RoleViolationParams]):
             if p.behaviours is not None:
                 return "", list(p.behaviours), None  # the configured rules alone
             raise SkipEvaluation("no_role")
-        (role, behaviours, generation), hit = await self.roles.get_or_compute(
-            stable_hash("role", source), lambda: self._extract(source))
+        (role, behaviours, generation), hit = await shared_call(
+            self.roles, stable_hash("role", source), lambda: self._extract(source))
         if p.expected_role is not None:
             role = p.expected_role
         if p.behaviours is not None:
