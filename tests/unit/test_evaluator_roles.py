@@ -317,6 +317,20 @@ async def test_role_adherence_error_carries_the_turns_answered_before_it() -> No
     assert info.cost_usd == pytest.approx(0.03)
 
 
+async def test_role_adherence_bug_in_one_turn_is_not_hidden_behind_a_judge_error() -> None:
+    # The first turn's judge call fails, the second turn hits a bug (not a JudgeError): the
+    # bug must propagate (the pipeline logs it as an evaluator bug), not become a judge
+    # error result that blames the judge.
+    def first_fails_second_bugs(request: JudgeRequest) -> dict[str, float]:
+        if request.field("turn") == "answer 0":
+            failed_call(request)
+        raise RuntimeError("evaluator bug")
+
+    judge = PricedJudge({"role_adherence": first_fails_second_bugs})
+    with pytest.raises(RuntimeError, match="evaluator bug"):
+        await make("role_adherence", judge, chatbot_role=ROLE).evaluate(conversation(2)[-1])
+
+
 async def test_role_adherence_strict_and_system_prompt_role() -> None:
     judge = ScriptedJudge({"role_adherence": adheres_unless_3})
     strict = make("role_adherence", judge, role_from_system_prompt=True, strict_mode=True)

@@ -175,6 +175,11 @@ class RoleAdherence(Evaluator[RoleAdherenceParams]):
         answers = [o for o in outcomes if not isinstance(o, BaseException)]
         failures = [o for o in outcomes if isinstance(o, BaseException)]
         if failures:
+            # A bug (not a JudgeError) wins over a judge failure in another turn: turned
+            # into a judge error result, it would blame the judge and never be logged.
+            bug = next((f for f in failures if not isinstance(f, JudgeError)), None)
+            if bug is not None:
+                raise bug
             # The other turns' requests were paid (their answers are kept for later
             # events, which will not pay again): the error result carries them.
             spent = self._fresh(answers)
