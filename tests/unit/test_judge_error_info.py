@@ -19,6 +19,8 @@ from evalstream.judges.base import GenerateRequest, JudgeRequest, judge_info_of,
 from evalstream.judges.builtin import BuiltinJudge
 from evalstream.judges.cascade import CascadeJudge
 from evalstream.judges.openai_compat import OpenAIJudge
+from evalstream.judges.openai_wire import Usage
+from evalstream.judges.spend import SpendCapWait
 from evalstream.metrics import Metrics
 from tests.support.llm_server import FakeLLM, llm_server
 from tests.support.scripted_judge import ScriptedJudge
@@ -137,3 +139,41 @@ async def test_a_cascade_marks_a_failed_escalation_as_escalated() -> None:
     assert info is not None
     assert info.escalated is True
     assert info.requests == 1
+
+
+async def test_a_caller_that_waited_for_the_cap_then_joined_a_failed_call_keeps_its_own_error(
+) -> None:
+    # Caller A sends a first attempt (paid), meets the cap (on_spend_cap: wait), waits, then
+    # joins B's identical request in flight, which fails. A must get an error of its own
+    # carrying its own spend: writing A's info on B's exception object would replace B's
+    # spend with A's (the cache hands both the same object).
+    judge = OpenAIJudge("gpt", OpenAIJudgeConfig(
+        base_url="http://127.0.0.1:9", model="m", price_input_per_1k=1.0), Metrics())
+
+    async def short_wait() -> None:
+        await asyncio.sleep(0.02)
+
+    judge._spend.wait_for_room = short_wait  # type: ignore[method-assign]
+
+    async def compute_a(usage: Usage) -> Any:
+        usage.requests, usage.tokens_in = 1, 50  # the first attempt went out, then the cap
+        raise SpendCapWait()
+
+    async def compute_b(usage: Usage) -> Any:
+        usage.requests, usage.tokens_in = 1, 100
+        await asyncio.sleep(0.1)
+        raise JudgeError("judge 'gpt': upstream 503")
+
+    try:
+        a, b = await asyncio.gather(judge._cached("k", compute_a), judge._cached("k", compute_b),
+                                    return_exceptions=True)
+    finally:
+        await judge.aclose()
+    assert isinstance(a, JudgeError)
+    assert isinstance(b, JudgeError)
+    assert a is not b
+    info_a, info_b = judge_info_of(a), judge_info_of(b)
+    assert info_b is not None
+    assert (info_b.requests, info_b.tokens_in) == (1, 100)
+    assert info_a is not None
+    assert (info_a.requests, info_a.tokens_in) == (1, 50)

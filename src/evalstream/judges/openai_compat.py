@@ -212,6 +212,9 @@ class OpenAIJudge(Judge):
         start = time.perf_counter()
         try:
             while True:
+                # Per attempt: after a spend-cap wait this call may join another's request
+                # in flight, whose exception object is then that call's, not this one's.
+                ran = False
                 try:
                     async with asyncio.timeout(self.config.deadline_s):
                         answer, hit = await self._cache.get_or_compute(key, computed)
@@ -237,10 +240,11 @@ class OpenAIJudge(Judge):
                 raise
             # It waited on another call's identical request, which failed: the cache hands
             # every waiter that call's exception object, which carries that call's spend.
-            # This call spent nothing, so it gets an exception (and info) of its own.
+            # This call gets an exception (and info) of its own: what its own attempts
+            # before a spend-cap wait sent (``usage``), else nothing.
             failure = type(exc)(str(exc), retryable=exc.retryable, status=exc.status,
                                 retry_after=exc.retry_after)
-            raise with_judge_info(failure, self._info(Usage(), latency, hit=False)) from exc
+            raise with_judge_info(failure, self._info(usage, latency, hit=False)) from exc
         if hit:
             self._metrics.judge_cache_hits.labels(self.name).inc()
         return answer, hit, (time.perf_counter() - start) * 1000.0
