@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import abc
-import copy
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -238,7 +237,12 @@ async def shared_call(cache: TTLCache[V], key: str,
     except JudgeError as exc:
         if ran:
             raise
-        failure = copy.copy(exc)  # same type, message and retry hints; not the same object
+        # Same type, message and attributes (retry hints); not the same object. Without
+        # calling the constructor (as copy.copy does): a plugin judge's JudgeError subclass
+        # may take other arguments than the message, and the copy would be a TypeError.
+        failure = type(exc).__new__(type(exc))
+        failure.__dict__.update(exc.__dict__)
+        failure.args = exc.args
         info = judge_info_of(exc)
         failure.judge_info = (None if info is None
                               else JudgeInfo(backend=info.backend, model=info.model))
