@@ -11,11 +11,12 @@ from __future__ import annotations
 import pytest
 
 from evalstream.errors import JudgeError, JudgeSpendCapError, JudgeUnsupportedError
-from evalstream.judges.base import GenerateRequest, JudgeRequest
+from evalstream.events import JudgeInfo
+from evalstream.judges.base import GenerateRequest, JudgeRequest, judge_info_of, with_judge_info
 from evalstream.judges.builtin import BuiltinJudge
 from evalstream.judges.cascade import CascadeJudge
 from evalstream.metrics import Metrics
-from tests.support.scripted_judge import ScriptedJudge
+from tests.support.scripted_judge import ScriptedJudge, prompt_chars
 
 
 def request(task: str = "refusal") -> JudgeRequest:
@@ -154,6 +155,33 @@ async def test_other_second_judge_failures_still_fail_as_escalations() -> None:
         await cascade(first, ScriptedJudge({"refusal": down}), metrics).judge(request())
     assert decisions(metrics) == {"answered": 0.0, "escalated": 1.0, "unsupported": 0.0,
                                   "capped": 0.0}
+
+
+async def test_an_escalated_answer_carries_what_the_unsure_first_judge_spent() -> None:
+    # A first step may be a paid LLM (a small model before a large one): its unsure answer
+    # was paid for, and was in no result once the second judge's info replaced it.
+    first = ScriptedJudge({"refusal": {"yes": 0.55, "no": 0.45}}, name="small")
+    then = ScriptedJudge({"refusal": {"yes": 0.1, "no": 0.9}}, name="large")
+    answer = await cascade(first, then, Metrics()).judge(request())
+    spent = first._info(prompt_chars(request()))
+    own = then._info(prompt_chars(request()))
+    assert answer.info.escalated is True
+    assert answer.info.requests == own.requests + spent.requests == 2
+    assert answer.info.tokens_in == own.tokens_in + spent.tokens_in
+    assert answer.info.tokens_out == 2
+
+
+async def test_a_failed_escalation_carries_what_the_first_judge_spent() -> None:
+    def down(req: JudgeRequest) -> dict[str, float]:
+        raise with_judge_info(JudgeError("upstream 503"),
+                              JudgeInfo(backend="openai", model="large", requests=3))
+
+    first = ScriptedJudge({"refusal": {"yes": 0.6, "no": 0.4}}, name="small")
+    with pytest.raises(JudgeError) as caught:
+        await cascade(first, ScriptedJudge({"refusal": down}), Metrics()).judge(request())
+    info = judge_info_of(caught.value)
+    assert info is not None
+    assert (info.model, info.requests, info.escalated) == ("large", 4, True)
 
 
 async def test_an_apology_followed_by_the_answer_escalates_past_the_real_builtin() -> None:

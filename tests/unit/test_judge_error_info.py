@@ -138,7 +138,8 @@ async def test_a_cascade_marks_a_failed_escalation_as_escalated() -> None:
     info = judge_info_of(caught.value)
     assert info is not None
     assert info.escalated is True
-    assert info.requests == 1
+    # The failed escalation's request, and the first (scripted, counted as paid) judge's.
+    assert info.requests == 2
 
 
 async def test_a_caller_that_waited_for_the_cap_then_joined_a_failed_call_keeps_its_own_error(

@@ -18,6 +18,7 @@ from typing import Any
 
 from evalstream.config.judges import CascadeJudgeConfig
 from evalstream.errors import ConfigError, JudgeError, JudgeSpendCapError, JudgeUnsupportedError
+from evalstream.events import JudgeInfo
 from evalstream.judges.base import (
     GenerateRequest,
     Generation,
@@ -79,14 +80,14 @@ class CascadeJudge(Judge):
                     self._decisions["escalated"].inc()  # escalated, then it failed
                     info = judge_info_of(exc)
                     if info is not None:  # as an answer it gave would say
-                        with_judge_info(exc, info.model_copy(update={"escalated": True}))
+                        with_judge_info(exc, _escalated(info, first.info))
                     raise
                 except BaseException:
                     self._decisions["escalated"].inc()  # escalated, then it failed
                     raise
                 self._decisions["escalated"].inc()
                 return Judgement(probabilities=second.probabilities,
-                                 info=second.info.model_copy(update={"escalated": True}),
+                                 info=_escalated(second.info, first.info),
                                  rationale=second.rationale)
         self._decisions["unsupported"].inc()
         return await self.then.judge(request)
@@ -94,6 +95,20 @@ class CascadeJudge(Judge):
     async def generate(self, request: GenerateRequest) -> Generation:
         """Generation goes to the second (LLM) judge: templates are a last resort."""
         return await self.then.generate(request)
+
+
+def _escalated(second: JudgeInfo, first: JudgeInfo) -> JudgeInfo:
+    """The second judge's info for an escalated call, with what the first judge's unsure
+    answer cost added: nothing for the builtin judge, but a first step may be an LLM (a
+    small model before a large one), whose paid request was otherwise in no result."""
+    return second.model_copy(update={
+        "escalated": True,
+        "latency_ms": second.latency_ms + first.latency_ms,
+        "requests": second.requests + first.requests,
+        "tokens_in": second.tokens_in + first.tokens_in,
+        "tokens_out": second.tokens_out + first.tokens_out,
+        "cost_usd": second.cost_usd + first.cost_usd,
+    })
 
 
 @judge_backend("cascade")
