@@ -9,9 +9,10 @@ result's outcome once the caller has made it durable).
 :meth:`Pipeline.evaluate` does all three for callers that do not need the split.
 
 It owns what happens per event and per evaluation: the sampling and routing decision,
-running an evaluator, building its result (or the error result standing in for it) and
-counting the outcome. What is fixed by the settings (evaluators created and bound to their
-metric children, result ids and rates) is built once in ``app/bindings.py``.
+running an evaluator, its result (or the error result standing in for it; their fields
+are built in ``app/result_build.py``) and counting the outcome. What is fixed by the
+settings (evaluators created and bound to their metric children, result ids and rates) is
+built once in ``app/bindings.py``.
 
 Canaries (``evalstream.canary: "true"``, see ``app/calibration.py``) bypass sampling: every
 evaluator of every route they match is planned, at rate 1, with the canary's gold answer
@@ -24,7 +25,7 @@ import asyncio
 import re
 import time
 from collections.abc import Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
 
 from pydantic import ValidationError
@@ -32,9 +33,10 @@ from pydantic import ValidationError
 from evalstream.app.bindings import Planned, build_routes, load_plugins
 from evalstream.app.calibration import Calibration, canary_marker, gold_keys
 from evalstream.app.canary_plan import CanaryPlanner
+from evalstream.app.result_build import error_result, ok_result, widest_error_input
 from evalstream.config import EvaluatorSpec, Route, Settings
 from evalstream.errors import JudgeError, SkipEvaluation
-from evalstream.evaluators.base import Evaluator, Score
+from evalstream.evaluators.base import Evaluator
 from evalstream.events import CANARY_ATTRIBUTE, EvalResult, JudgeInfo, TraceEvent
 from evalstream.judges.base import Judge, judge_info_of
 from evalstream.logging import get_logger
@@ -46,14 +48,6 @@ __all__ = ["Pipeline"]
 
 log = get_logger(__name__)
 
-_MAX_ERROR_CHARS = 500
-#: Each copied event attribute is clipped to this: attributes are slicing keys (model,
-#: tenant), and a huge one must not make results, or the error result that replaces a
-#: refused one, too large for the broker (which would stop the worker on every restart).
-_MAX_ATTRIBUTE_CHARS = 256
-#: An error result clips the event's ids, session and app to this (see ``Pipeline.failed``).
-_MAX_ID_CHARS = 1_024
-_CLIPPED_IN_ERRORS = ("event_id", "trace_id", "span_id", "session_id", "app")
 #: Skip reasons are metric label values: short codes, at most this many distinct ones.
 _REASON = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _MAX_SKIP_REASONS = 32
@@ -229,7 +223,7 @@ class Pipeline:
         finally:
             bound.seconds(time.perf_counter() - started)
         try:
-            result = self._result(event, planned, score)
+            result = ok_result(event, planned, score, self._result_attributes)
         except ValidationError as exc:
             # e.g. a score outside 0..1: report it as the evaluator's error, not a crash.
             fields = ", ".join(".".join(map(str, e["loc"])) for e in exc.errors())
@@ -275,79 +269,18 @@ class Pipeline:
                     self.metrics.events_skipped.labels(reason)
         counter.inc()
 
-    def _envelope(self, event: TraceEvent, planned: Planned) -> dict[str, Any]:
-        """The fields every result of ``planned`` on ``event`` carries, ok or error."""
-        bound = planned.bound
-        names, attributes = self._result_attributes, event.attributes
-        fields = {
-            "result_id": bound.result_id(event.event_id),
-            "event_id": event.event_id,
-            "trace_id": event.trace_id,
-            "span_id": event.span_id,
-            "session_id": event.session_id,
-            "app": event.app,
-            "attributes": {n: attributes[n][:_MAX_ATTRIBUTE_CHARS] for n in names
-                           if n in attributes} if names else {},
-            "route": bound.route,
-            "evaluator": bound.label,
-            "evaluator_version": bound.version,
-            "sample_rate": planned.sample_rate,
-            "event_time": event.timestamp,
-        }
-        if planned.canary is not None:
-            fields["canary"] = True
-            fields["gold"] = planned.canary.text
-        return fields
-
-    def _result(self, event: TraceEvent, planned: Planned, score: Score) -> EvalResult:
-        # One dict validated once (``model_validate``, not ``EvalResult(**fields)``): the
-        # same checks, without re-packing the fields as keyword arguments on the hot path.
-        fields = self._envelope(event, planned)
-        fields["score"] = score.score
-        fields["label"] = score.label
-        fields["passed"] = score.passed
-        fields["threshold"] = score.threshold
-        fields["confidence"] = score.confidence
-        fields["probabilities"] = score.probabilities
-        fields["raw_score"] = score.raw_score
-        fields["details"] = score.details
-        fields["reason"] = score.reason
-        fields["judge"] = score.judge
-        return EvalResult.model_validate(fields)
-
     def failed(self, event: TraceEvent, planned: Planned, error: str,
                judge: JudgeInfo | None = None) -> EvalResult:
-        """The error result of ``planned`` on ``event`` (``record`` counts it as ``error``).
-
-        ``judge`` is the judge that failed (or answered with a score that could not be
-        used) and what that cost; None where no judge was involved, as for the error
-        results standing in for refused ones (``largest_error_results`` bounds those).
-        """
-        fields = self._envelope(event, planned)
-        # It stands in for a result the broker refused as too large, so it must be small
-        # whatever the event holds: refused too, it would stop the worker on every restart.
-        for name in _CLIPPED_IN_ERRORS:
-            value = fields[name]
-            if value is not None and len(value) > _MAX_ID_CHARS:
-                fields[name] = value[:_MAX_ID_CHARS]
-        return EvalResult(**fields, status="error", error=error[:_MAX_ERROR_CHARS], judge=judge)
+        """The error result of ``planned`` on ``event`` (``record`` counts it as ``error``);
+        see :func:`~evalstream.app.result_build.error_result`."""
+        return error_result(event, planned, error, self._result_attributes, judge)
 
     def largest_error_results(self) -> list[EvalResult]:
         """Per configured evaluation, the largest error result :meth:`failed` can build
         (at its longest rate, when a route's strata give it several: ``widest_planned``).
-
-        Every clipped field (ids, session, app, attributes, error) at its limit, of the
-        character JSON writes longest (a control character: 6 bytes as ``\\u0000``), and
-        the latest time stamp. This bounds what stands in for a result the broker refuses,
-        so ``kafka.max_request_size`` can be checked against it at start-up.
-        """
-        widest = "\x00"
-        ids = widest * _MAX_ID_CHARS
-        event = TraceEvent(
-            event_id=ids, trace_id=ids, span_id=ids, session_id=ids, app=ids,
-            attributes=dict.fromkeys(self._result_attributes, widest * _MAX_ATTRIBUTE_CHARS),
-            timestamp=datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC))
-        error = widest * _MAX_ERROR_CHARS
+        This bounds what stands in for a result the broker refuses, so
+        ``kafka.max_request_size`` can be checked against it at start-up."""
+        event, error = widest_error_input(self._result_attributes)
         # A rate of 0 publishes nothing (canaries included), and a result's rate is > 0.
         return [self.failed(event, planned, error)
                 for runtime in self._routes for planned in runtime.widest_planned()]
