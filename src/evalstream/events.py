@@ -187,6 +187,19 @@ class JudgeInfo(BaseModel):
     #: had reached its spend cap (the cascade decision ``capped``).
     capped: bool = False
 
+    def plus_spend(self, other: JudgeInfo, **flags: bool) -> JudgeInfo:
+        """This judge's info with ``other``'s spend added (latency, requests, tokens, USD),
+        and ``flags`` (``cached``, ``escalated``, ``capped``) set: the one place a call's
+        cost is added to another's."""
+        return self.model_copy(update={
+            "latency_ms": self.latency_ms + other.latency_ms,
+            "requests": self.requests + other.requests,
+            "tokens_in": self.tokens_in + other.tokens_in,
+            "tokens_out": self.tokens_out + other.tokens_out,
+            "cost_usd": self.cost_usd + other.cost_usd,
+            **flags,
+        })
+
 
 class EvalResult(BaseModel):
     """One score for one (event, evaluator), published as JSON on the results topic.

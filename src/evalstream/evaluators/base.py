@@ -171,16 +171,9 @@ def merge_judge_info(first: JudgeInfo | None, second: JudgeInfo | None) -> Judge
     """Add up what two judge calls cost (requests, tokens, latency) into one ``JudgeInfo``."""
     if first is None or second is None:
         return first or second
-    return first.model_copy(update={
-        "latency_ms": first.latency_ms + second.latency_ms,
-        "requests": first.requests + second.requests,
-        "tokens_in": first.tokens_in + second.tokens_in,
-        "tokens_out": first.tokens_out + second.tokens_out,
-        "cost_usd": first.cost_usd + second.cost_usd,
-        "cached": first.cached and second.cached,
-        "escalated": first.escalated or second.escalated,
-        "capped": first.capped or second.capped,
-    })
+    return first.plus_spend(second, cached=first.cached and second.cached,
+                            escalated=first.escalated or second.escalated,
+                            capped=first.capped or second.capped)
 
 
 def spent_by(error: JudgeError) -> JudgeInfo | None:

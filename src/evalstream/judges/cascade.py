@@ -101,14 +101,7 @@ def _escalated(second: JudgeInfo, first: JudgeInfo) -> JudgeInfo:
     """The second judge's info for an escalated call, with what the first judge's unsure
     answer cost added: nothing for the builtin judge, but a first step may be an LLM (a
     small model before a large one), whose paid request was otherwise in no result."""
-    return second.model_copy(update={
-        "escalated": True,
-        "latency_ms": second.latency_ms + first.latency_ms,
-        "requests": second.requests + first.requests,
-        "tokens_in": second.tokens_in + first.tokens_in,
-        "tokens_out": second.tokens_out + first.tokens_out,
-        "cost_usd": second.cost_usd + first.cost_usd,
-    })
+    return second.plus_spend(first, escalated=True)
 
 
 @judge_backend("cascade")
