@@ -13,7 +13,13 @@ from pydantic import BaseModel, ConfigDict
 from evalstream.config import EvaluatorSpec
 from evalstream.errors import JudgeError
 from evalstream.events import JudgeInfo, TraceEvent
-from evalstream.judges.base import GenerateRequest, Judge, judge_info_of, with_judge_info
+from evalstream.judges.base import (
+    GenerateRequest,
+    Judge,
+    judge_info_of,
+    own_copy,
+    with_judge_info,
+)
 from evalstream.judges.cache import TTLCache
 
 __all__ = [
@@ -230,16 +236,9 @@ async def shared_call(cache: TTLCache[V], key: str,
     except JudgeError as exc:
         if ran:
             raise
-        # Same type, message and attributes (retry hints); not the same object. Without
-        # calling the constructor (as copy.copy does): a plugin judge's JudgeError subclass
-        # may take other arguments than the message, and the copy would be a TypeError.
-        failure = type(exc).__new__(type(exc))
-        failure.__dict__.update(exc.__dict__)
-        failure.args = exc.args
         info = judge_info_of(exc)
-        failure.judge_info = (None if info is None
-                              else JudgeInfo(backend=info.backend, model=info.model))
-        raise failure from exc
+        raise own_copy(exc, None if info is None
+                       else JudgeInfo(backend=info.backend, model=info.model)) from exc
 
 
 def wants_reason(spec: EvaluatorSpec, passed: bool | None) -> bool:

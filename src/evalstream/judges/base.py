@@ -26,6 +26,7 @@ __all__ = [
     "JudgeRequest",
     "Judgement",
     "judge_info_of",
+    "own_copy",
     "with_judge_info",
 ]
 
@@ -171,6 +172,21 @@ def with_judge_info(error: JudgeError, info: JudgeInfo) -> JudgeError:
     """
     error.judge_info = info
     return error
+
+
+def own_copy(error: JudgeError, info: JudgeInfo | None) -> JudgeError:
+    """A copy of ``error`` (same type, message and attributes) carrying ``info``.
+
+    For a caller that joined another's call in flight, which failed: a cache hands every
+    such caller the first caller's exception object, with that caller's spend on it, and
+    each error result would count it again. Built without calling the constructor: a
+    plugin judge's ``JudgeError`` subclass may take other arguments than the message.
+    """
+    failure = type(error).__new__(type(error))
+    failure.__dict__.update(error.__dict__)
+    failure.args = error.args
+    failure.judge_info = info
+    return failure
 
 
 def judge_info_of(error: JudgeError) -> JudgeInfo | None:

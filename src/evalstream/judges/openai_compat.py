@@ -59,6 +59,7 @@ from evalstream.judges.base import (
     Judge,
     Judgement,
     JudgeRequest,
+    own_copy,
     with_judge_info,
 )
 from evalstream.judges.cache import TTLCache
@@ -242,9 +243,7 @@ class OpenAIJudge(Judge):
             # every waiter that call's exception object, which carries that call's spend.
             # This call gets an exception (and info) of its own: what its own attempts
             # before a spend-cap wait sent (``usage``), else nothing.
-            failure = type(exc)(str(exc), retryable=exc.retryable, status=exc.status,
-                                retry_after=exc.retry_after)
-            raise with_judge_info(failure, self._info(usage, latency, hit=False)) from exc
+            raise own_copy(exc, self._info(usage, latency, hit=False)) from exc
         if hit:
             self._metrics.judge_cache_hits.labels(self.name).inc()
         return answer, hit, (time.perf_counter() - start) * 1000.0
