@@ -9,12 +9,12 @@ from __future__ import annotations
 from evalstream.app.pipeline import Pipeline
 from evalstream.app.reach import route_inputs
 from evalstream.config import (
-    CascadeJudgeConfig,
     DriftSettings,
     EvaluatorSpec,
     OpenAIJudgeConfig,
     Settings,
 )
+from evalstream.config.judges import judges_reached
 from evalstream.evaluators.labels import LabelEvaluator
 from evalstream.judges.logprobs import first_token_distinguishable
 
@@ -82,14 +82,8 @@ def config_warnings(settings: Settings, pipeline: Pipeline) -> list[str]:
                 found.append(f"routes[{ri}] ({route.name}).strata.rates: {idle} is no value "
                              f"the route's {where} accepts ({sorted(accepted or ())}): never "
                              f"applied")
-    used = {spec.judge for route in routes for spec in route.evaluators}
-    pending = list(used)
-    while pending:  # the steps of the cascades in use (a step may be a cascade itself)
-        judge = settings.judges.get(pending.pop())
-        if isinstance(judge, CascadeJudgeConfig):
-            steps = {judge.first, judge.then} - used
-            used |= steps
-            pending.extend(steps)
+    used = judges_reached(settings.judges,
+                          {spec.judge for route in routes for spec in route.evaluators})
     unused = sorted(set(settings.judges) - used)
     if unused:
         found.append(f"judges: {unused} defined, but no evaluator names them (nor a cascade "
@@ -118,19 +112,10 @@ def _logprob_judges(settings: Settings, name: str) -> list[str]:
     whatever the labels, so one-word labels would change nothing there. The builtin judge
     scores labels itself (a topic's words), whatever their spelling.
     """
-    found: list[str] = []
-    pending, seen = [name], set()
-    while pending:
-        current = pending.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        judge = settings.judges.get(current)
-        if isinstance(judge, CascadeJudgeConfig):
-            pending.extend((judge.then, judge.first))
-        elif isinstance(judge, OpenAIJudgeConfig) and judge.logprobs != "never":
-            found.append(current)
-    return sorted(found)
+    judges = settings.judges
+    return sorted(step for step in judges_reached(judges, (name,))
+                  if isinstance(config := judges.get(step), OpenAIJudgeConfig)
+                  and config.logprobs != "never")
 
 
 def _json_answers(settings: Settings, where: str, spec: EvaluatorSpec,

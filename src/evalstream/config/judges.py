@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -19,6 +19,7 @@ __all__ = [
     "OpenAIJudgeConfig",
     "header_safe",
     "judge_identity",
+    "judges_reached",
     "longest_call_s",
     "redact_url",
 ]
@@ -240,6 +241,23 @@ def judge_identity(judges: Mapping[str, JudgeConfig], name: str, *,
     return {"cascade": [judge_identity(judges, config.first, builtin_version=builtin_version),
                         judge_identity(judges, config.then, builtin_version=builtin_version)],
             "min_confidence": config.min_confidence}
+
+
+def judges_reached(judges: Mapping[str, JudgeConfig], names: Iterable[str]) -> set[str]:
+    """``names`` and every step of the cascades among them, nested ones too: the judges
+    asking one of ``names`` may reach. Each once, so a cycle (reported when the judges are
+    built) ends the walk."""
+    reached: set[str] = set()
+    pending = list(names)
+    while pending:
+        name = pending.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        config = judges.get(name)
+        if isinstance(config, CascadeJudgeConfig):
+            pending.extend((config.first, config.then))
+    return reached
 
 
 def longest_call_s(judges: Mapping[str, JudgeConfig], name: str,
