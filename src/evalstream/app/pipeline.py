@@ -331,15 +331,13 @@ class Pipeline:
 
     @staticmethod
     def _spend(planned: Planned, result: EvalResult) -> None:
-        """Count what the judge of ``result`` (an error result) spent on it."""
+        """Count what the judge of ``result`` spent on it."""
         judge = result.judge
         if judge is not None and judge.cost_usd > 0.0:
             planned.bound.cost(judge.cost_usd)
 
     def _spend_and_lag(self, planned: Planned, result: EvalResult) -> None:
-        judge = result.judge  # as _spend, inlined: once per result on the hot path
-        if judge is not None and judge.cost_usd > 0.0:
-            planned.bound.cost(judge.cost_usd)
+        self._spend(planned, result)
         event_time = result.event_time
         if event_time is not None:
             # From the event's time to the result's own time stamp (set when it was just
