@@ -15,6 +15,7 @@ import structlog
 
 from evalstream.config import OpenAIJudgeConfig
 from evalstream.errors import JudgeError, JudgeSpendCapError, JudgeUnsupportedError
+from evalstream.events import JudgeInfo
 from evalstream.judges.base import GenerateRequest, JudgeRequest, judge_info_of, with_judge_info
 from evalstream.judges.builtin import BuiltinJudge
 from evalstream.judges.cascade import CascadeJudge
@@ -47,30 +48,28 @@ def judge_for(server: FakeLLM, **overrides: Any) -> OpenAIJudge:
     return OpenAIJudge("gpt", OpenAIJudgeConfig(**settings), Metrics())
 
 
-async def test_a_failed_request_says_which_judge_and_how_many_attempts() -> None:
-    async with llm_server(always="500") as server:
-        judge = judge_for(server)
-        try:
-            with pytest.raises(JudgeError) as caught:
-                await judge.judge(question())
-        finally:
-            await judge.aclose()
+async def failure_info(judge: OpenAIJudge) -> JudgeInfo:
+    """The ``JudgeInfo`` on the error ``judge`` raises for a question (then closed)."""
+    try:
+        with pytest.raises(JudgeError) as caught:
+            await judge.judge(question())
+    finally:
+        await judge.aclose()
     info = judge_info_of(caught.value)
     assert info is not None
+    return info
+
+
+async def test_a_failed_request_says_which_judge_and_how_many_attempts() -> None:
+    async with llm_server(always="500") as server:
+        info = await failure_info(judge_for(server))
     assert (info.backend, info.model, info.requests) == ("openai", "judge-model", 2)
     assert (info.tokens_in, info.cost_usd) == (0, 0.0)  # a 500 is not billed
 
 
 async def test_an_unusable_answer_carries_what_it_cost() -> None:
     async with llm_server(prompt_tokens=100, always="nooptions") as server:
-        judge = judge_for(server, max_retries=0)
-        try:
-            with pytest.raises(JudgeError) as caught:
-                await judge.judge(question())
-        finally:
-            await judge.aclose()
-    info = judge_info_of(caught.value)
-    assert info is not None
+        info = await failure_info(judge_for(server, max_retries=0))
     assert (info.requests, info.tokens_in, info.tokens_out) == (1, 100, 1)
     assert info.cost_usd == pytest.approx(0.052)
 
