@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -48,13 +49,23 @@ def test_check_config_output_holds_no_secret(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump({"judges": {"llm": GATEWAY}}), encoding="utf-8")
+    # The secrets come from the environment, merged over the file's non-secret parts.
+    in_file = {**GATEWAY, "base_url": "https://gw.example.com/openai/deployments/x",
+               "headers": {"OpenAI-Organization": "org-1"}, "query": {"api-version": "1"}}
+    path.write_text(yaml.safe_dump({"judges": {"llm": in_file}}), encoding="utf-8")
+    for field in ("base_url", "headers", "query"):
+        value = GATEWAY[field]
+        monkeypatch.setenv(f"EVALSTREAM_JUDGES__LLM__{field.upper()}",
+                           value if isinstance(value, str) else json.dumps(value))
     monkeypatch.setenv("EVALSTREAM_KAFKA__EXTRA", '{"sasl_plain_password": "hunter3"}')
     assert main(["check-config", str(path)]) == 0
     captured = capsys.readouterr()
     for secret in SECRETS:
         assert secret not in captured.out + captured.err
-    assert yaml.safe_load(captured.out)["judges"]["llm"]["query"]["key"] == "**********"
+    judge = yaml.safe_load(captured.out)["judges"]["llm"]
+    assert judge["query"] == {"api-version": "**********", "key": "**********"}
+    assert set(judge["headers"]) == {"OpenAI-Organization", "Ocp-Apim-Subscription-Key",
+                                     "x-goog-api-key"}
 
 
 def test_bad_base_url_error_does_not_echo_credentials() -> None:
@@ -73,6 +84,15 @@ def test_bad_base_url_error_does_not_echo_credentials() -> None:
          "kafka.extra.sasl_plain_password"),
         ({"judges": {"g": {"type": "openai", "base_url": "http://x", "model": "m",
                            "api_key": "hunter2"}}}, "judges.g.api_key: set judges.g.api_key_env"),
+        ({"judges": {"g": {"type": "openai", "base_url": "https://bob:hunter2@gw/v1",
+                           "model": "m"}}},
+         "judges.g.base_url: holds a password; set EVALSTREAM_JUDGES__G__BASE_URL"),
+        ({"judges": {"g": {"type": "openai", "base_url": "http://x", "model": "m",
+                           "headers": {"X-Org": "o", "X-Goog-Api-Key": "hunter2"}}}},
+         "judges.g.headers ['X-Goog-Api-Key']: a key; set api_key_env with api_key_header"),
+        ({"judges": {"g": {"type": "openai", "base_url": "http://x", "model": "m",
+                           "query": {"api-version": "1", "key": "hunter2"}}}},
+         "judges.g.query ['key']: a key; set EVALSTREAM_JUDGES__G__QUERY as JSON"),
     ],
 )
 def test_inline_secrets_in_the_file_are_refused(
@@ -87,6 +107,18 @@ def test_inline_secrets_in_the_file_are_refused(
     assert main(["check-config", str(path)]) == 2
     assert main(["run", "--config", str(path)]) == 2
     assert "hunter2" not in capsys.readouterr().err
+
+
+def test_what_is_no_secret_stays_accepted_in_the_file(tmp_path: Path) -> None:
+    """A user name alone, headers such as OpenAI-Organization, an api-version."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"judges": {"g": {
+        "type": "openai", "base_url": "https://bob@gw/v1", "model": "m",
+        "headers": {"OpenAI-Organization": "org-1", "anthropic-version": "1"},
+        "query": {"api-version": "2024-06-01"}}}}), encoding="utf-8")
+    judge = load_settings(path).judges["g"]
+    assert judge.headers == {"OpenAI-Organization": "org-1",  # type: ignore[union-attr]
+                             "anthropic-version": "1"}
 
 
 def test_the_same_secrets_from_the_environment_are_accepted(

@@ -91,13 +91,15 @@ def test_a_key_no_header_can_carry_is_refused_at_load_without_echoing_it(
 @pytest.mark.parametrize("command", ["check-config", "run"])
 def test_an_unusable_base_url_is_a_config_error_that_hides_its_credentials(
         base_url: str, problem: str, command: str, tmp_path: Path,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """It used to escape as an httpx.InvalidURL traceback (exit 1) when the judge was built,
-    or, for an out-of-range port or no host, fail every request at run time."""
+    or, for an out-of-range port or no host, fail every request at run time. The URL comes
+    from the environment: a password written in the file is refused before this check."""
+    monkeypatch.setenv("EVALSTREAM_JUDGES__LLM__BASE_URL", base_url)
     config = tmp_path / "c.yaml"
     config.write_text(
         "kafka: {bootstrap_servers: '127.0.0.1:9', connect_timeout_s: 0}\n"
-        f"judges:\n  llm: {{type: openai, base_url: {json.dumps(base_url)}, model: m}}\n"
+        "judges:\n  llm: {type: openai, base_url: 'http://placeholder/v1', model: m}\n"
         "routes: [{name: r, evaluators: [{evaluator: refusal, judge: llm}]}]\n",
         encoding="utf-8")
     argv = [command, str(config)] if command == "check-config" else ["run", "-c", str(config)]

@@ -11,6 +11,7 @@ import os
 import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import SecretStr, ValidationError
@@ -23,6 +24,7 @@ from evalstream.config.judges import (
     OpenAIJudgeConfig,
     header_safe,
 )
+from evalstream.config.masking import SECRET_NAME
 from evalstream.config.secret_files import read_secret_file
 from evalstream.config.settings import Settings
 from evalstream.errors import ConfigError
@@ -229,12 +231,46 @@ def _refuse_inline_secrets(data: dict[str, Any], path: Path | str) -> None:
     judges = data.get("judges")
     if isinstance(judges, dict):
         for name, judge in judges.items():
-            if isinstance(judge, dict) and judge.get("api_key") is not None:
-                found.append(f"judges.{name}.api_key: set judges.{name}.api_key_env (the name "
-                             f"of an environment variable) or api_key_file instead")
+            if isinstance(judge, dict):
+                found.extend(_judge_secrets(str(name), judge))
     if found:
         raise ConfigError(f"secrets must not be written in the config file {path} (it ends up "
                           f"in ConfigMaps, repositories and logs):\n  " + "\n  ".join(found))
+
+
+def _judge_secrets(name: str, judge: dict[str, Any]) -> list[str]:
+    """What judge ``name``'s entry in the file holds that is a secret, each with where it
+    belongs. A gateway key in ``headers`` or ``query`` (``X-Goog-Api-Key``, ``?key=``) and a
+    password in ``base_url`` are as secret as ``api_key``; check-config masks them, but the
+    file they are written in is still a ConfigMap or a repository."""
+    env = f"EVALSTREAM_JUDGES__{name.upper()}__"
+    found: list[str] = []
+    if judge.get("api_key") is not None:
+        found.append(f"judges.{name}.api_key: set judges.{name}.api_key_env (the name "
+                     f"of an environment variable) or api_key_file instead")
+    base_url = judge.get("base_url")
+    if isinstance(base_url, str) and _has_password(base_url):
+        found.append(f"judges.{name}.base_url: holds a password; set {env}BASE_URL instead, "
+                     f"or send the key with api_key_env and api_key_header")
+    for field in ("headers", "query"):
+        values = judge.get(field)
+        if isinstance(values, dict):
+            secret = sorted(str(k) for k in values if SECRET_NAME.search(str(k)))
+            if secret:
+                one = "api_key_env with api_key_header (one header), or " * (field == "headers")
+                found.append(f"judges.{name}.{field} {secret}: a key; set {one}"
+                             f"{env}{field.upper()} as JSON (merged over the file's)")
+    return found
+
+
+def _has_password(url: str) -> bool:
+    """Whether ``url`` carries ``user:password@`` (a bare ``user@`` is no secret)."""
+    try:
+        netloc = urlsplit(url).netloc
+    except ValueError:  # the judge's own validation reports an unparseable URL
+        return False
+    userinfo, at, _ = netloc.rpartition("@")
+    return bool(at) and ":" in userinfo
 
 
 def _env_names(field: str) -> list[str]:
