@@ -221,9 +221,11 @@ JudgeConfig = Annotated[
 
 def judge_identity(judges: Mapping[str, JudgeConfig], name: str, *,
                    builtin_version: str) -> Any:
-    """What makes judge ``name`` give the scores it gives: its kind and model, not its name,
-    address or credentials. Part of every result's id, so re-scoring with another model is
-    a new result, while renaming a judge or moving its endpoint is not.
+    """What makes judge ``name`` give the scores it gives: its kind, model and scoring
+    options (``_openai_identity``), not its name, address, credentials, limits or prices.
+    Part of every result's id, so re-scoring with another model or another way of reading
+    its answer is a new result, while renaming a judge or moving its endpoint is not. A
+    cascade's is its steps' identities and ``min_confidence``.
 
     Args:
         judges: The configured judges, by name.
@@ -237,10 +239,44 @@ def judge_identity(judges: Mapping[str, JudgeConfig], name: str, *,
     if config is None or isinstance(config, BuiltinJudgeConfig):
         return "builtin" if builtin_version == "1" else f"builtin@{builtin_version}"
     if isinstance(config, OpenAIJudgeConfig):
-        return {"model": config.model, "api": config.api}
+        return _openai_identity(config)
     return {"cascade": [judge_identity(judges, config.first, builtin_version=builtin_version),
                         judge_identity(judges, config.then, builtin_version=builtin_version)],
             "min_confidence": config.min_confidence}
+
+
+#: ``top_logprobs`` of every result scored before it was part of the identity (the
+#: default then): at this value it adds nothing, so those results keep their ids. A
+#: literal, not the field's default: a new default reads another mass, so new ids.
+_IDENTITY_TOP_LOGPROBS = 10
+
+
+def _openai_identity(config: OpenAIJudgeConfig) -> dict[str, Any]:
+    """An OpenAI judge's identity: model, api, and the options that can give the same
+    event another score, each only when it is not the value every result had before it
+    was part of the identity (so those ids stay the same).
+
+    In it: ``logprobs: never`` (every answer a strict JSON one, 0/1 probabilities, where
+    otherwise the first token's distribution is read) and, when logprobs are read,
+    ``top_logprobs`` (how many candidate tokens' mass is summed per option, so another
+    distribution). ``auto`` and ``always`` are one identity: for the same reply they give
+    the same score, ``always`` an error where ``auto`` asks again for a JSON answer; the
+    JSON answers of ``auto`` after it switched logprobs off (a backend that rejects them
+    or sends none three times in a row) are its fallback, as a capped cascade's first
+    answer is. Likewise out of it, since they only decide between a score and an error
+    for the same event, never between two scores (an error result has the score's id,
+    so a retry with them replaces the error): ``on_missing_options`` (an error or a
+    JSON answer when no option is among the top tokens) and ``json_max_tokens`` (a
+    greedy, temperature-0 answer is the same text whatever the budget; a budget too
+    small cuts it, and a cut answer is no valid JSON). The rest is transport and economy:
+    endpoint, credentials, headers, timeouts, retries, limits, prices, spend cap, cache.
+    """
+    identity: dict[str, Any] = {"model": config.model, "api": config.api}
+    if config.logprobs == "never":
+        identity["logprobs"] = "never"  # top_logprobs is then never asked for
+    elif config.top_logprobs != _IDENTITY_TOP_LOGPROBS:
+        identity["top_logprobs"] = config.top_logprobs
+    return identity
 
 
 def judges_reached(judges: Mapping[str, JudgeConfig], names: Iterable[str]) -> set[str]:
