@@ -15,6 +15,9 @@ import pytest
 from pydantic import SecretStr
 
 from evalstream.config.judges import CascadeJudgeConfig, OpenAIJudgeConfig, judge_identity
+from evalstream.errors import JudgeError
+from tests.support.llm_server import llm_server
+from tests.unit.test_judge_openai import make_judge, question
 from tests.unit.test_result_versions import CASCADE, LLM, score, spec
 
 JUDGES = {"llm": LLM, "cheap-first": CASCADE}
@@ -132,3 +135,32 @@ async def test_a_scoring_option_gives_new_result_ids_and_others_do_not() -> None
     ids = [[r.result_id for r in results] for results in (base, never, fewer, other)]
     assert ids[3] == ids[0]
     assert len({i for row in ids[:3] for i in row}) == 6  # cascades follow their step
+
+
+async def test_what_the_identity_rests_on_at_a_real_endpoint() -> None:
+    # The decisions above, checked against the judge itself on one scripted model.
+    async with llm_server() as server:
+        async def probabilities(fault: str | None = None, **options: Any) -> Any:
+            if fault:
+                server.fail_next(fault)
+            judge = make_judge(server, **options)
+            try:
+                return dict((await judge.judge(question())).probabilities)
+            except JudgeError:
+                return "error"
+            finally:
+                await judge.aclose()
+
+        read = await probabilities()
+        # In the identity: another top_logprobs sums another mass (" yes" is cut at 1),
+        # so another score for the same event; never, 0/1 from a JSON answer.
+        assert await probabilities(top_logprobs=1) == {"yes": 1.0, "no": 0.0} != read
+        assert await probabilities(logprobs="never") == {"yes": 1.0, "no": 0.0} != read
+        # Out of it: the same reply scores the same; where they differ, one is an error.
+        assert await probabilities(logprobs="always") == read
+        assert await probabilities(on_missing_options="json") == read
+        assert await probabilities("nologprobs", logprobs="always") == "error"
+        assert await probabilities("nologprobs", logprobs="auto") == {"yes": 1.0, "no": 0.0}
+        assert await probabilities("nooptions") == "error"
+        assert await probabilities("nooptions", on_missing_options="json") == {
+            "yes": 1.0, "no": 0.0}
