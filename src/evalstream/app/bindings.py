@@ -213,9 +213,9 @@ def _bind(route: str, spec: EvaluatorSpec, evaluator: Evaluator[Any],
     label = spec.label
     # The route, the evaluator config, its version and its judge's identity (kind, model
     # and scoring options, in place of the judge's name: ``judge_identity``) go into every
-    # result's id; not the sample rate,
-    # so an event scored before and after a rate change keeps its result's id. The spec's
-    # version goes in joined with the evaluator's own (``Evaluator.result_version``).
+    # result's id; not the sample rate, so an event scored before and after a rate change
+    # keeps its result's id. The spec's version goes in joined with the evaluator's own
+    # (``Evaluator.result_version``).
     identity = spec.model_dump(mode="json", exclude={"sample_rate", "version"})
     version = evaluator.result_version
     if version != INITIAL_VERSION:
