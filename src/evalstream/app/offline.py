@@ -48,6 +48,7 @@ from evalstream.evaluators.base import EvaluatorParams
 from evalstream.events import EvalResult, dump_json
 from evalstream.judges.base import Judge
 from evalstream.judges.registry import build_judges, close_judges
+from evalstream.logging import configure_logging
 from evalstream.metrics import Metrics
 
 __all__ = ["add_arguments", "default_settings", "main", "run", "sampled_out_hint", "unrouted_hint"]
@@ -330,6 +331,9 @@ def main(args: argparse.Namespace) -> int:
     bad_lines: list[str] = []
     try:
         config = load_settings(args.config) if args.config is not None else None
+        # To stderr, as the worker's: unconfigured, structlog printed a judge's retry and
+        # failure lines on stdout, in the middle of the summary a script reads there.
+        configure_logging(config.logging.level if config else "INFO", "console")
         routed = routed_input(config, args.topic)
         carry = (attributes_read(config, _declared_params(config))[routed.topic]
                  if config and routed else ())
