@@ -1,11 +1,12 @@
 """``evalstream eval``: score JSONL files offline with the same routes and judges as the worker.
 
-This module owns the command: its options, the settings it scores with (``--config``, or
-by default one route per evaldata data set to its own evaluator with the builtin judge,
-``--judge`` overriding every evaluator's judge), the scoring run and what is printed.
-Reading and checking the input lines (evaldata items or trace events decoded as the routed
+This module owns the command: its options, the scoring run and what is printed. The
+settings it scores with (``--config``, or by default one route per evaldata data set to its
+own evaluator with the builtin judge; ``--judge``) are ``app/offline_settings.py``'s;
+reading and checking the input lines (evaldata items or trace events decoded as the routed
 input's messages) is ``app/offline_input.py``; the summary's statistics are
-``app/offline_report.py``.
+``app/offline_report.py``; the warnings saying why nothing was evaluated,
+``app/offline_hints.py``.
 
 Every event goes through ``Pipeline.evaluate`` (sampling, routing, evaluators), results go to
 ``--output`` as JSONL, and a summary per (route, evaluator) is printed: pass rate with a 95%
@@ -24,11 +25,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import prometheus_client
 from rich.console import Console
@@ -36,21 +36,21 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from evalstream.app.bindings import load_plugins
+from evalstream.app.offline_hints import sampled_out_hint, unrouted_hint
 from evalstream.app.offline_input import Item, input_paths, read_items, routed_input
 from evalstream.app.offline_report import Summary
+from evalstream.app.offline_settings import declared_params, default_settings, with_judge
 from evalstream.app.pipeline import Pipeline
 from evalstream.app.reach import attributes_read
-from evalstream.config import EvaluatorSpec, MatchRule, Route, Settings, load_settings
+from evalstream.config import Settings, load_settings
 from evalstream.errors import ConfigError, EvalstreamError
-from evalstream.evaluators import registry
-from evalstream.evaluators.base import EvaluatorParams
 from evalstream.events import EvalResult, dump_json
 from evalstream.judges.base import Judge
 from evalstream.judges.registry import build_judges, close_judges
 from evalstream.logging import configure_logging
 from evalstream.metrics import Metrics
 
+# default_settings and the hints are re-exported: they were this module's before the split.
 __all__ = ["add_arguments", "default_settings", "main", "run", "sampled_out_hint", "unrouted_hint"]
 
 EPILOG = (
@@ -62,22 +62,6 @@ EPILOG = (
 )
 #: Bad lines printed one by one; the rest are only counted.
 SHOWN_BAD_LINES = 20
-
-#: The evaluator (and its params) each evaldata file is scored with by default. Most params
-#: only say where each item's fields are. Role adherence judges the labelled output alone
-#: because the label is about that output, not the whole history. The 1-5 thresholds were
-#: chosen on dev/ only: 3 ("moderate, still civil") is the worst level that counts as fine,
-#: matching evaldata's mapping (frustrated = satisfaction <= 2, i.e. frustration >= 4).
-DEFAULT_EVALUATORS: dict[str, dict[str, Any]] = {
-    "refusal": {},
-    "sentiment": {},
-    "toxicity": {"source": "output", "threshold": 3},
-    "frustration": {"source": "input", "threshold": 3},
-    "topic_adherence": {"criteria_attribute": "criteria"},
-    "role_adherence": {"role_from_system_prompt": True, "only_last_turn": True},
-    "prompt_injection": {"source": "input"},
-}
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``eval`` options to ``parser`` (the CLI calls this for its sub-command)."""
@@ -101,55 +85,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict", action="store_true",
                         help="stop with exit code 2 at the first bad input line instead of "
                              "skipping it")
-
-
-def default_settings(datasets: Sequence[str]) -> Settings:
-    """One route per data set (matched by ``app``) with that data set's evaluator."""
-    routes = []
-    for name in sorted(set(datasets)):
-        params = DEFAULT_EVALUATORS.get(name)
-        if params is None:
-            raise ConfigError(f"no default evaluator for evaldata items of {name!r}; "
-                              "pass --config")
-        routes.append(Route(name=name, match=MatchRule(app=[name]),
-                            evaluators=[EvaluatorSpec(evaluator=name, params=params)]))
-    if not routes:
-        raise ConfigError("the input holds no evaldata items; pass --config to route "
-                          "TraceEvents")
-    return Settings(routes=routes)
-
-
-def _declared_params(settings: Settings) -> list[EvaluatorParams]:
-    """Every route's evaluators' params, validated as the pipeline will validate them.
-
-    ``main`` reads the input (its decoder carrying the attributes these params read) before
-    the pipeline is built, so nothing built can give them yet. Plugins are imported first:
-    a plugin's evaluator is unknown until then.
-
-    Raises:
-        ConfigError: a plugin cannot be imported, an evaluator is unknown or its params are
-            invalid (as the pipeline would say it).
-    """
-    load_plugins(settings.plugins)
-    return [registry.params_for(spec, where=f"routes[{ri}] ({route.name}) evaluators[{ei}]")
-            for ri, route in enumerate(settings.routes)
-            for ei, spec in enumerate(route.evaluators)]
-
-
-def _with_judge(settings: Settings, judge: str) -> Settings:
-    """``settings`` with every evaluator asking ``judge`` (``--judge``).
-
-    Raises:
-        ConfigError: no judge of that name (a mistyped --judge was a traceback, exit 1).
-    """
-    known = {"builtin", *settings.judges}  # builtin always exists, configured or not
-    if judge not in known:
-        raise ConfigError(f"--judge {judge!r}: no judge of that name (known: "
-                          f"{', '.join(sorted(known))})")
-    routes = [r.model_copy(update={"evaluators": [s.model_copy(update={"judge": judge})
-                                                  for s in r.evaluators]})
-              for r in settings.routes]
-    return Settings.model_validate({**settings.model_dump(), "routes": routes})
 
 
 async def run(settings: Settings, items: Sequence[Item], *, topic: str, concurrency: int = 16,
@@ -240,77 +175,6 @@ def _headline(summary: Summary) -> str:
             f"{summary.bad_lines} bad input lines skipped")
 
 
-#: In the hint for an unrouted run: at most this many routes and app values, each app value
-#: clipped to ``_HINT_CHARS`` (an app name is a short slicing key; a file may hold anything).
-_HINT_ROUTES = 5
-_HINT_APPS = 5
-_HINT_CHARS = 60
-
-
-def _match_text(rule: MatchRule) -> str:
-    """What a route's ``match`` accepts, in one line."""
-    parts = [f"{name} in {values}" for name, values in (("app", rule.app), ("topic", rule.topic))
-             if values is not None]
-    parts += [f"attributes.{key} present" if accepted == "*" else
-              f"attributes.{key} in {[accepted] if isinstance(accepted, str) else accepted}"
-              for key, accepted in rule.attributes.items()]
-    if rule.requires:
-        parts.append(f"non-empty {', '.join(rule.requires)}")
-    return " and ".join(parts) or "any event"
-
-
-def unrouted_hint(summary: Summary, settings: Settings, items: Sequence[Item],
-                  topic: str) -> str | None:
-    """Why nothing was evaluated, when routing is (part of) the reason; else None.
-
-    Said when no item got a result and some matched no route: a config whose routes the
-    input does not match (evaldata items routed by their data set as ``app``, a config
-    matching ``app: [support-bot]``) otherwise ends in an empty table and exit 0, with only
-    a ``no_route`` count to tell. The hint names what the routes match on and the items'
-    ``app`` values, the usual mismatch.
-    """
-    unrouted = summary.skipped.get("no_route", 0)
-    if not unrouted or summary.without_results < summary.items:
-        return None
-    why = ", ".join(f"{reason}: {n}" for reason, n in sorted(summary.skipped.items()))
-    routes = "; ".join(f"{route.name}: {_match_text(route.match)}"
-                       for route in settings.routes[:_HINT_ROUTES])
-    if len(settings.routes) > _HINT_ROUTES:
-        routes += f"; and {len(settings.routes) - _HINT_ROUTES} more"
-    apps = Counter(item.event.app for item in items)
-    shown = ", ".join(f"{'no app' if app is None else repr(app[:_HINT_CHARS])} ({n})"
-                      for app, n in apps.most_common(_HINT_APPS))
-    if len(apps) > _HINT_APPS:
-        shown += f", and {len(apps) - _HINT_APPS} more"
-    text = (f"nothing was evaluated: {unrouted} of {summary.items} items matched no route "
-            f"({why}). An item goes to a route when its app, the topic it is routed as "
-            f"({topic!r}: --topic, else the config's first input) and its attributes match "
-            f"the route's `match`. The routes match: {routes}. The items' app values: "
-            f"{shown}.")
-    if any(item.dataset for item in items):
-        text += (" evaldata items carry their data set's evaluator as app: route them with "
-                 "`match: {app: [...]}`, or leave out --config to score each data set with "
-                 "its own evaluator.")
-    return text
-
-
-def sampled_out_hint(summary: Summary) -> str | None:
-    """Why nothing was evaluated, when sampling is (part of) the reason; else None.
-
-    eval samples as the worker does, so a config sampling live traffic at 1% scores about
-    1% of a file, and a small file often none of it: an empty table and exit 0, with only
-    a ``sampling`` count to tell.
-    """
-    sampled = summary.skipped.get("sampling", 0)
-    if not sampled or summary.without_results < summary.items:
-        return None
-    return (f"nothing was evaluated: {sampled} of {summary.items} items were sampled out. "
-            f"eval applies the config's sample rates as the worker does (sampling.rate x each "
-            f"route's sample_rate or strata rate x an evaluator's sample_rate; the same items "
-            f"on every run). It has no option to ignore them: to score every item, set them "
-            f"to 1 in a copy of the config.")
-
-
 def _table(summary: Summary) -> Table:
     table = Table()
     rows = summary.rows()
@@ -335,7 +199,7 @@ def main(args: argparse.Namespace) -> int:
         # failure lines on stdout, in the middle of the summary a script reads there.
         configure_logging(config.logging.level if config else "INFO", "console")
         routed = routed_input(config, args.topic)
-        carry = (attributes_read(config, _declared_params(config))[routed.topic]
+        carry = (attributes_read(config, declared_params(config))[routed.topic]
                  if config and routed else ())
         items = list(read_items(input_paths(args.input), None if args.strict else bad_lines,
                                 routed, carry))
@@ -346,7 +210,7 @@ def main(args: argparse.Namespace) -> int:
         settings = config if config is not None else default_settings(
             [i.dataset for i in items if i.dataset])
         if args.judge:
-            settings = _with_judge(settings, args.judge)
+            settings = with_judge(settings, args.judge)
         topic = args.topic or settings.inputs[0].topic
         with ExitStack() as stack:
             sink = stack.enter_context(args.output.open("wb")) if args.output else None
