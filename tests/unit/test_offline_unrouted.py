@@ -94,7 +94,8 @@ def test_every_item_sampled_out_is_explained(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], rate: float,
         evaluator: float) -> None:
     # Was: "3 items, 3 without results (sampling: 3)", an empty table, exit 0 and nothing
-    # on stderr to say eval samples as the worker does, nor how to score everything.
+    # on stderr to say eval samples as the worker does, nor how to score everything
+    # (--no-sampling).
     rows = [{"event_id": f"e{i}", "output": "Sure."} for i in range(3)]
     code, out, err = run_eval(tmp_path, SAMPLED.format(rate=rate, evaluator=evaluator), rows,
                               capsys)
@@ -102,7 +103,7 @@ def test_every_item_sampled_out_is_explained(
     assert "3 items, 3 without results (sampling: 3)" in out
     assert ("evalstream eval: warning: nothing was evaluated: 3 of 3 items were sampled out. "
             "eval applies the config's sample rates") in err
-    assert "set them to 1 in a copy of the config" in err
+    assert "Pass --no-sampling to score every routed item" in err
     assert "matched no route" not in err
 
 

@@ -8,11 +8,12 @@ input's messages) is ``app/offline_input.py``; the summary's statistics are
 ``app/offline_report.py``; the warnings saying why nothing was evaluated,
 ``app/offline_hints.py``.
 
-Every event goes through ``Pipeline.evaluate`` (sampling, routing, evaluators), results go to
-``--output`` as JSONL, and a summary per (route, evaluator) is printed: pass rate with a 95%
-Wilson interval, mean score and, where items carry gold labels, accuracy, macro-F1, Brier
-score and expected calibration error; and what the judges cost (requests and tokens per
-evaluation, USD in all and per 1,000 evaluations when a judge is priced), with a total line:
+Every event goes through ``Pipeline.evaluate`` (sampling, routing, evaluators; with
+``--no-sampling`` every sample rate above 0 is 1), results go to ``--output`` as JSONL, and
+a summary per (route, evaluator) is printed: pass rate with a 95% Wilson interval, mean
+score and, where items carry gold labels, accuracy, macro-F1, Brier score and expected
+calibration error; and what the judges cost (requests and tokens per evaluation, USD in all
+and per 1,000 evaluations when a judge is priced), with a total line:
 what a sample costs tells what turning the evaluator on for live traffic would.
 
 Bad input lines (not JSON, not UTF-8, not a trace event or evaldata item) are reported as
@@ -39,7 +40,12 @@ from rich.table import Table
 from evalstream.app.offline_hints import sampled_out_hint, unrouted_hint
 from evalstream.app.offline_input import Item, input_paths, read_items, routed_input
 from evalstream.app.offline_report import Summary
-from evalstream.app.offline_settings import declared_params, default_settings, with_judge
+from evalstream.app.offline_settings import (
+    declared_params,
+    default_settings,
+    with_judge,
+    without_sampling,
+)
 from evalstream.app.pipeline import Pipeline
 from evalstream.app.reach import attributes_read
 from evalstream.config import Settings, load_settings
@@ -81,6 +87,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="events evaluated at once (default 16)")
     parser.add_argument("--markdown", type=Path, default=None,
                         help="also write the summary table as Markdown here")
+    parser.add_argument("--no-sampling", action="store_true",
+                        help="ignore the config's sample rates (sampling.rate, each route's "
+                             "sample_rate and strata rates, each evaluator's sample_rate): "
+                             "score every routed item with every evaluator of its routes; "
+                             "a rate of 0 still turns its route or stratum off")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--strict", action="store_true",
                         help="stop with exit code 2 at the first bad input line instead of "
@@ -211,6 +222,8 @@ def main(args: argparse.Namespace) -> int:
             [i.dataset for i in items if i.dataset])
         if args.judge:
             settings = with_judge(settings, args.judge)
+        if args.no_sampling:
+            settings = without_sampling(settings)
         topic = args.topic or settings.inputs[0].topic
         with ExitStack() as stack:
             sink = stack.enter_context(args.output.open("wb")) if args.output else None
@@ -234,7 +247,8 @@ def main(args: argparse.Namespace) -> int:
     out.print(summary.spend_line(), highlight=False)
     if args.markdown:
         args.markdown.write_text(summary.markdown(), encoding="utf-8")
-    for hint in (unrouted_hint(summary, settings, items, topic), sampled_out_hint(summary)):
+    for hint in (unrouted_hint(summary, settings, items, topic),
+                 sampled_out_hint(summary, no_sampling=args.no_sampling)):
         if hint is None:
             continue
         # Last, after the (empty) table, so that it is what the terminal ends with. Exit 0

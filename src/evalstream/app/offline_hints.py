@@ -71,18 +71,23 @@ def unrouted_hint(summary: Summary, settings: Settings, items: Sequence[Item],
     return text
 
 
-def sampled_out_hint(summary: Summary) -> str | None:
+def sampled_out_hint(summary: Summary, *, no_sampling: bool = False) -> str | None:
     """Why nothing was evaluated, when sampling is (part of) the reason; else None.
 
     eval samples as the worker does, so a config sampling live traffic at 1% scores about
     1% of a file, and a small file often none of it: an empty table and exit 0, with only
-    a ``sampling`` count to tell.
+    a ``sampling`` count to tell. With ``no_sampling`` (``--no-sampling``) only a rate of 0
+    samples an item out, and the hint says that instead.
     """
     sampled = summary.skipped.get("sampling", 0)
     if not sampled or summary.without_results < summary.items:
         return None
-    return (f"nothing was evaluated: {sampled} of {summary.items} items were sampled out. "
-            f"eval applies the config's sample rates as the worker does (sampling.rate x each "
-            f"route's sample_rate or strata rate x an evaluator's sample_rate; the same items "
-            f"on every run). It has no option to ignore them: to score every item, set them "
-            f"to 1 in a copy of the config.")
+    text = f"nothing was evaluated: {sampled} of {summary.items} items were sampled out. "
+    if no_sampling:
+        return text + ("With --no-sampling, only a rate of 0 does that: sampling.rate, or "
+                       "the rate of each route the items match (its sample_rate, or its "
+                       "strata rate for the items' stratum), is 0, which turns it off.")
+    return text + ("eval applies the config's sample rates as the worker does (sampling.rate "
+                   "x each route's sample_rate or strata rate x an evaluator's sample_rate; "
+                   "the same items on every run). Pass --no-sampling to score every routed "
+                   "item (a rate of 0 still turns its route or stratum off).")

@@ -2,7 +2,8 @@
 
 Without ``--config``, one route per evaldata data set to its own evaluator with the builtin
 judge (:func:`default_settings`); ``--judge`` makes every evaluator ask one judge
-(:func:`with_judge`). Each returns new frozen ``Settings``, validated as a loaded config is.
+(:func:`with_judge`); ``--no-sampling`` scores every routed item (:func:`without_sampling`).
+Each returns new frozen ``Settings``, validated as a loaded config is.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from evalstream.errors import ConfigError
 from evalstream.evaluators import registry
 from evalstream.evaluators.base import EvaluatorParams
 
-__all__ = ["DEFAULT_EVALUATORS", "declared_params", "default_settings", "with_judge"]
+__all__ = ["DEFAULT_EVALUATORS", "declared_params", "default_settings", "with_judge",
+           "without_sampling"]
 
 #: The evaluator (and its params) each evaldata file is scored with by default. Most params
 #: only say where each item's fields are. Role adherence judges the labelled output alone
@@ -81,3 +83,33 @@ def with_judge(settings: Settings, judge: str) -> Settings:
                                                   for s in r.evaluators]})
               for r in settings.routes]
     return Settings.model_validate({**settings.model_dump(), "routes": routes})
+
+def _unsampled(rate: float) -> float:
+    # 0 is not a sample of traffic but "off" (the canaries' rule too: app/canary_plan.py):
+    # a route or stratum turned off in the config stays off.
+    return 1.0 if rate > 0.0 else 0.0
+
+
+def without_sampling(settings: Settings) -> Settings:
+    """``settings`` with every sample rate above 0 set to 1 (``--no-sampling``).
+
+    The global ``sampling.rate``, each route's ``sample_rate``, its ``strata`` rates and
+    each evaluator's ``sample_rate``: every routed item is scored by every evaluator of its
+    routes, and its results carry rate 1 (so the summary weighs them equally). Routing,
+    strata (which stratum an item is in) and canaries are untouched. A rate of 0 stays 0:
+    it turns a route or stratum off rather than sampling it, as it does for canaries.
+    """
+    routes = []
+    for route in settings.routes:
+        strata = route.strata
+        if strata is not None:
+            strata = strata.model_copy(update={
+                "rates": {value: _unsampled(rate) for value, rate in strata.rates.items()}})
+        routes.append(route.model_copy(update={
+            "sample_rate": _unsampled(route.sample_rate), "strata": strata,
+            "evaluators": [s.model_copy(update={"sample_rate": 1.0})
+                           for s in route.evaluators]}))
+    sampling = settings.sampling.model_copy(
+        update={"rate": _unsampled(settings.sampling.rate)})
+    return Settings.model_validate({**settings.model_dump(), "sampling": sampling,
+                                    "routes": routes})
