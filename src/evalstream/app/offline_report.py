@@ -10,22 +10,32 @@ the live and offline figures agree on the same inputs.
 
 What the judges cost is summed from each result's ``judge`` (``JudgeInfo``: requests, tokens,
 USD at the configured prices), so it is exact per (route, evaluator) and needs no metrics:
-``JudgeSpend``. Those columns appear only when some judge made requests (a run on the
-builtin judge alone gets one "no judge requests" line instead of columns of zeros), and the
-USD ones only when some judge was priced.
+``JudgeSpend`` (``app/offline_spend.py``, re-exported here). Those columns appear only when
+some judge made requests (a run on the builtin judge alone gets one "no judge requests" line
+instead of columns of zeros), and the USD ones only when some judge was priced.
+
+Each figure is computed once, as a number (:meth:`EvaluatorSummary.figures`,
+:meth:`JudgeSpend.per_evaluation`); the table and the Markdown only format them.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from evalstream.app.calibration import ECE_BINS, compare, confidence_bin
+from evalstream.app.offline_spend import JudgeSpend, PerEvaluation, usd
 from evalstream.drift.stats import weighted_share
 from evalstream.events import EvalResult
 
-__all__ = ["ECE_BINS", "EvaluatorSummary", "JudgeSpend", "Summary",
-           "expected_calibration_error", "macro_f1", "usd"]
+__all__ = ["ECE_BINS", "OUTCOMES", "EvaluatorSummary", "Figures", "GoldFigures", "JudgeSpend",
+           "PassRate", "PerEvaluation", "Summary", "expected_calibration_error", "macro_f1",
+           "usd"]
+
+#: A result's outcome, as the worker counts it (``Pipeline.record``): ``error``, else
+#: ``labelled`` when it has no verdict, else ``passed`` or ``failed``.
+OUTCOMES = ("passed", "failed", "labelled", "error")
 
 
 def macro_f1(gold: Sequence[str], predicted: Sequence[str]) -> float:
@@ -59,89 +69,34 @@ def expected_calibration_error(confidence: Sequence[float], correct: Sequence[bo
                for b in range(bins) if totals[b])
 
 
-def usd(amount: float) -> str:
-    """``amount`` of USD to six significant digits: ``0.0202``, ``20.2``, ``1234.57``.
+@dataclass(frozen=True, slots=True)
+class PassRate:
+    """A pass rate (weighted by 1/sample_rate) and its 95% Wilson interval."""
 
-    Judge prices are fractions of a cent per call, so a fixed two decimals would print most
-    costs as 0.00; six digits hide the float noise of summing them (0.020200000000000003).
-    """
-    return f"{amount:.6g}"
+    rate: float
+    low: float
+    high: float
 
 
-@dataclass(slots=True)
-class JudgeSpend:
-    """What the judges of some evaluations cost, summed from their results' ``JudgeInfo``."""
+@dataclass(frozen=True, slots=True)
+class GoldFigures:
+    """Agreement of the results with the gold labels of ``n`` items."""
 
-    #: Evaluations (results, ok or error) the figures are divided by.
-    evaluations: int = 0
-    requests: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
-    cost_usd: float = 0.0
-    #: Results answered from a judge's cache (they cost nothing).
-    cached: int = 0
-    #: The judges' backends seen in results (``"builtin"``, ``"openai"``).
-    backends: set[str] = field(default_factory=set)
+    n: int
+    accuracy: float
+    macro_f1: float
+    brier: float
+    ece: float
 
-    def add(self, result: EvalResult) -> None:
-        """Count one result and what its judge spent on it (nothing when it has no judge)."""
-        self.evaluations += 1
-        judge = result.judge
-        if judge is None:
-            return
-        self.requests += judge.requests
-        self.tokens_in += judge.tokens_in
-        self.tokens_out += judge.tokens_out
-        self.cost_usd += judge.cost_usd
-        self.cached += judge.cached
-        self.backends.add(judge.backend)
 
-    def merge(self, other: JudgeSpend) -> None:
-        """Add ``other``'s figures to these (the total over evaluators)."""
-        self.evaluations += other.evaluations
-        self.requests += other.requests
-        self.tokens_in += other.tokens_in
-        self.tokens_out += other.tokens_out
-        self.cost_usd += other.cost_usd
-        self.cached += other.cached
-        self.backends |= other.backends
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """An :class:`EvaluatorSummary`'s statistics, each None when nothing gives it: the one
+    computation the table, Markdown and JSON summaries all print."""
 
-    def columns(self, priced: bool) -> dict[str, str]:
-        """Per evaluation: judge requests, tokens in and out; with ``priced``, USD in all
-        and per 1,000 evaluations. ``-`` when there were no evaluations, and for the
-        builtin judge (``builtin``, then ``-``)."""
-        e = self.evaluations
-        if not self.requests and self.backends <= {"builtin"}:
-            # An evaluator on the builtin judge beside a priced one: its row says why it
-            # costs nothing rather than showing a run of zeros.
-            row = dict.fromkeys(("judge req/eval", "tokens in/eval", "tokens out/eval"), "-")
-            row["judge req/eval"] = "builtin" if self.backends else "-"
-            if priced:
-                row.update({"cost USD": "-", "USD/1k evals": "-"})
-            return row
-        row = {"judge req/eval": f"{self.requests / e:.2f}" if e else "-",
-               "tokens in/eval": f"{self.tokens_in / e:.1f}" if e else "-",
-               "tokens out/eval": f"{self.tokens_out / e:.1f}" if e else "-"}
-        if priced:
-            row["cost USD"] = usd(self.cost_usd)
-            row["USD/1k evals"] = usd(self.cost_usd * 1000 / e) if e else "-"
-        return row
-
-    def line(self, priced: bool) -> str:
-        """The figures as one sentence (the total line under the table)."""
-        e = self.evaluations
-        text = (f"judge total: {self.requests} requests, {self.tokens_in} tokens in, "
-                f"{self.tokens_out} out over {e} evaluations")
-        if e:
-            text += (f" ({self.requests / e:.2f} requests, "
-                     f"{(self.tokens_in + self.tokens_out) / e:.1f} tokens per evaluation)")
-        if priced:
-            text += f"; cost USD {usd(self.cost_usd)}"
-            if e:
-                text += f" (USD {usd(self.cost_usd * 1000 / e)} per 1,000 evaluations)"
-        if self.cached:
-            text += f"; {self.cached} answered from the judge cache at no cost"
-        return text
+    pass_rate: PassRate | None
+    mean_score: float | None
+    gold: GoldFigures | None
 
 
 @dataclass(slots=True)
@@ -172,14 +127,24 @@ class EvaluatorSummary:
     correct: list[bool] = field(default_factory=list)
     #: What its judge cost, over its ok and error results.
     spend: JudgeSpend = field(default_factory=JudgeSpend)
+    #: Results by outcome (:data:`OUTCOMES`), unweighted.
+    outcomes: Counter[str] = field(default_factory=Counter)
+    #: The ok results' ``label`` values, unweighted (binary evaluators give one too, e.g.
+    #: ``refused``).
+    labels: Counter[str] = field(default_factory=Counter)
 
     def add(self, result: EvalResult, gold: bool | str | None) -> None:
         """Count ``result``; compare it with ``gold`` when there is one."""
         self.spend.add(result)
         if result.status == "error":
             self.errors += 1
+            self.outcomes["error"] += 1
             return
         self.n += 1
+        passed = result.passed
+        self.outcomes["labelled" if passed is None else "passed" if passed else "failed"] += 1
+        if result.label is not None:
+            self.labels[result.label] += 1
         weight = 1.0 / result.sample_rate
         if result.passed is not None:
             self.graded += 1
@@ -198,28 +163,38 @@ class EvaluatorSummary:
             self.confidence.append(comparison.confidence)
             self.correct.append(comparison.correct)
 
-    def row(self) -> dict[str, str]:
-        """The printable figures."""
-        row = {"route": self.route, "evaluator": self.evaluator, "n": str(self.n),
-               "errors": str(self.errors), "pass rate (95% CI)": "-", "mean score": "-",
-               "gold n": "-", "accuracy": "-", "macro-F1": "-", "Brier": "-", "ECE": "-"}
+    def figures(self) -> Figures:
+        """The pass rate, mean score and gold agreement of the results so far."""
+        pass_rate = None
         if self.graded:
             # Weighted as the worker's live pass rates (drift/stats.py): unbiased over
             # strata sampled at different rates, the interval on Kish's effective sample
             # size. With one rate, the plain share over ``graded`` results.
-            rate, low, high = weighted_share(self.weight_passed, self.weight, self.weight2)
-            row["pass rate (95% CI)"] = f"{rate:.3f} [{low:.3f}, {high:.3f}]"
-        if self.scored:
-            row["mean score"] = f"{self.score_weighted / self.score_weight:.3f}"
+            pass_rate = PassRate(*weighted_share(self.weight_passed, self.weight,
+                                                 self.weight2))
+        mean_score = self.score_weighted / self.score_weight if self.scored else None
+        gold = None
         if self.gold:
             k = len(self.gold)
-            row.update({
-                "gold n": str(k),
-                "accuracy": f"{sum(self.correct) / k:.3f}",
-                "macro-F1": f"{macro_f1(self.gold, self.predicted):.3f}",
-                "Brier": f"{sum(self.brier) / k:.3f}",
-                "ECE": f"{expected_calibration_error(self.confidence, self.correct):.3f}",
-            })
+            gold = GoldFigures(k, sum(self.correct) / k, macro_f1(self.gold, self.predicted),
+                               sum(self.brier) / k,
+                               expected_calibration_error(self.confidence, self.correct))
+        return Figures(pass_rate, mean_score, gold)
+
+    def row(self) -> dict[str, str]:
+        """The printable figures."""
+        figures = self.figures()
+        row = {"route": self.route, "evaluator": self.evaluator, "n": str(self.n),
+               "errors": str(self.errors), "pass rate (95% CI)": "-", "mean score": "-",
+               "gold n": "-", "accuracy": "-", "macro-F1": "-", "Brier": "-", "ECE": "-"}
+        if (rate := figures.pass_rate) is not None:
+            row["pass rate (95% CI)"] = f"{rate.rate:.3f} [{rate.low:.3f}, {rate.high:.3f}]"
+        if figures.mean_score is not None:
+            row["mean score"] = f"{figures.mean_score:.3f}"
+        if (gold := figures.gold) is not None:
+            row.update({"gold n": str(gold.n), "accuracy": f"{gold.accuracy:.3f}",
+                        "macro-F1": f"{gold.macro_f1:.3f}", "Brier": f"{gold.brier:.3f}",
+                        "ECE": f"{gold.ece:.3f}"})
         return row
 
 
@@ -276,7 +251,7 @@ class Summary:
     def spend_line(self) -> str:
         """The judges' total cost, or that no judge made a request (builtin judge only)."""
         total = self.spend()
-        if total.requests == 0 and total.backends <= {"builtin"} and not self.metered_tokens:
+        if total.builtin_only and not self.metered_tokens:
             return ("judge cost: none (builtin judge only: it runs in-process, no requests)"
                     if total.backends else "judge cost: none (no judge was asked)")
         priced = total.cost_usd > 0 or self.metered_cost_usd > 0
