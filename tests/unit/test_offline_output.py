@@ -47,3 +47,17 @@ def test_log_lines_go_to_stderr_not_into_the_summary(
     assert "judge_request_failed" in err
     assert "judge_request" not in out
     assert out.startswith("evalstream eval: 1 items, 0 without results")
+
+
+def test_an_error_message_is_printed_as_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Was: printed as rich markup, so "[address]" was taken for a style and dropped: "an
+    # IPv6 address is written :port" (checked: this failed).
+    config = write(tmp_path / "c.yaml", "kafka: {bootstrap_servers: '[::1'}\n"
+                   "routes: [{name: r, evaluators: [{evaluator: refusal}]}]\n")
+    data = jsonl(tmp_path / "in.jsonl", [{"event_id": "a", "output": "No."}])
+    code = offline.main(parse("--config", config, "--input", data, "--no-progress"))
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert "an IPv6 address is written [address]:port" in err
+    assert out == ""

@@ -237,7 +237,9 @@ def main(args: argparse.Namespace) -> int:
                                       sink=sink, progress=progress))
         summary.bad_lines = len(bad_lines)
     except (EvalstreamError, OSError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        # Escaped: "[address]:port" in a message is text, not rich markup (it vanished);
+        # unwrapped, so that a path in it stays whole.
+        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 2
     # A line of its own: as the table's title it wrapped to the table's width, word by
     # word when there is one narrow column (no results).
