@@ -61,3 +61,19 @@ def test_an_error_message_is_printed_as_written(
     assert code == 2
     assert "an IPv6 address is written [address]:port" in err
     assert out == ""
+
+
+def test_a_markdown_path_that_cannot_be_written_fails_before_the_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Was: the run went through (judges paid), then write_text raised FileNotFoundError: a
+    # traceback and exit 1 (checked: this failed). Now exit 2 before any evaluation.
+    config = write(tmp_path / "c.yaml", UNREACHABLE)
+    data = jsonl(tmp_path / "in.jsonl", [{"event_id": "a", "input": "hi", "output": "No."}])
+    code = offline.main(parse("--config", config, "--input", data, "--no-progress",
+                              "--markdown", tmp_path / "missing" / "summary.md"))
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert "error:" in err
+    assert "summary.md" in err
+    assert "judge_request" not in err  # no judge was asked
+    assert out == ""

@@ -227,6 +227,10 @@ def main(args: argparse.Namespace) -> int:
         topic = args.topic or settings.inputs[0].topic
         with ExitStack() as stack:
             sink = stack.enter_context(args.output.open("wb")) if args.output else None
+            # Opened before the run: a path that cannot be written fails now (exit 2), not
+            # in a traceback after a run the judges were paid for.
+            markdown = (stack.enter_context(args.markdown.open("w", encoding="utf-8"))
+                        if args.markdown else None)
             progress = None
             if not args.no_progress:
                 progress = stack.enter_context(Progress(
@@ -235,7 +239,9 @@ def main(args: argparse.Namespace) -> int:
             summary = asyncio.run(run(settings, items, topic=topic,
                                       concurrency=args.concurrency,
                                       sink=sink, progress=progress))
-        summary.bad_lines = len(bad_lines)
+            summary.bad_lines = len(bad_lines)
+            if markdown is not None:
+                markdown.write(summary.markdown())
     except (EvalstreamError, OSError) as exc:
         # Escaped: "[address]:port" in a message is text, not rich markup (it vanished);
         # unwrapped, so that a path in it stays whole.
@@ -247,8 +253,6 @@ def main(args: argparse.Namespace) -> int:
     out.print(_headline(summary), highlight=False)
     out.print(_table(summary))
     out.print(summary.spend_line(), highlight=False)
-    if args.markdown:
-        args.markdown.write_text(summary.markdown(), encoding="utf-8")
     for hint in (unrouted_hint(summary, settings, items, topic),
                  sampled_out_hint(summary, no_sampling=args.no_sampling)):
         if hint is None:
