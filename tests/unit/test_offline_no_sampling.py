@@ -163,3 +163,27 @@ def test_without_sampling_changes_the_rates_and_nothing_else() -> None:
     # A global rate of 0 turns everything off, as for canaries.
     off = Settings.model_validate({**settings.model_dump(), "sampling": {"rate": 0.0}})
     assert without_sampling(off).sampling.rate == 0.0
+
+
+def test_json_summary_counts_with_and_without_the_option(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _, sampled_results = run_eval(tmp_path, capsys, traffic(), "--json")
+    sampled = json.loads(out)
+    _, out, _, _ = run_eval(tmp_path, capsys, traffic(), "--json", "--no-sampling")
+    everything = json.loads(out)
+    assert (sampled["no_sampling"], everything["no_sampling"]) == (False, True)
+    assert sampled["items"] == everything["items"] == 4 * PER_APP
+
+    def results(doc: dict[str, Any]) -> dict[str, int]:
+        return {e["evaluator"]: sum(e["outcomes"].values()) for e in doc["evaluators"]}
+
+    assert results(everything) == {"refusal": 2 * PER_APP, "sentiment": 2 * PER_APP}
+    assert results(sampled) == Counter(r["evaluator"] for r in sampled_results)
+    assert 0 < results(sampled)["refusal"] < results(sampled)["sentiment"] < 2 * PER_APP
+    assert everything["without_results"] == 2 * PER_APP
+    assert everything["skipped"] == {"no_route": PER_APP, "sampling": PER_APP}
+    assert sampled["without_results"] > 2 * PER_APP
+    assert sampled["skipped"]["sampling"] > PER_APP
+    for e in everything["evaluators"]:  # the builtin judge asked every time, no errors
+        assert e["errors"] == e["outcomes"]["error"] == 0
+        assert e["judge"]["evaluations"] == 2 * PER_APP

@@ -14,7 +14,9 @@ a summary per (route, evaluator) is printed: pass rate with a 95% Wilson interva
 score and, where items carry gold labels, accuracy, macro-F1, Brier score and expected
 calibration error; and what the judges cost (requests and tokens per evaluation, USD in all
 and per 1,000 evaluations when a judge is priced), with a total line:
-what a sample costs tells what turning the evaluator on for live traffic would.
+what a sample costs tells what turning the evaluator on for live traffic would. With
+``--json`` the same figures are one JSON document (``app/offline_json.py``), on stdout in
+place of the table, for CI gates and notebooks; everything else goes to stderr.
 
 Bad input lines (not JSON, not UTF-8, not a trace event or evaldata item) are reported as
 ``file:line: reason``, skipped and counted in the summary, like a dead letter in the worker:
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -39,6 +42,7 @@ from rich.table import Table
 
 from evalstream.app.offline_hints import sampled_out_hint, unrouted_hint
 from evalstream.app.offline_input import Item, input_paths, read_items, routed_input
+from evalstream.app.offline_json import summary_json
 from evalstream.app.offline_report import Summary
 from evalstream.app.offline_settings import (
     declared_params,
@@ -87,6 +91,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="events evaluated at once (default 16)")
     parser.add_argument("--markdown", type=Path, default=None,
                         help="also write the summary table as Markdown here")
+    parser.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
+                        help="the summary as one JSON document (the table's figures as "
+                             "numbers; keys in docs/evaluation.md): alone or with PATH '-', "
+                             "on stdout instead of the table (warnings stay on stderr); "
+                             "with a PATH, also written there")
     parser.add_argument("--no-sampling", action="store_true",
                         help="ignore the config's sample rates (sampling.rate, each route's "
                              "sample_rate and strata rates, each evaluator's sample_rate): "
@@ -163,9 +172,9 @@ async def run(settings: Settings, items: Sequence[Item], *, topic: str, concurre
 
 
 def _total(counter: prometheus_client.Counter) -> float:
-    """The sum of ``counter`` over all its label values."""
-    return sum(sample.value for family in counter.collect() for sample in family.samples
-               if sample.name.endswith("_total"))
+    """The sum of ``counter`` over all its label values (0.0, a float, when it has none)."""
+    return sum((sample.value for family in counter.collect() for sample in family.samples
+                if sample.name.endswith("_total")), 0.0)
 
 
 def _report_bad_lines(console: Console, bad_lines: Sequence[str]) -> None:
@@ -231,6 +240,8 @@ def main(args: argparse.Namespace) -> int:
             # in a traceback after a run the judges were paid for.
             markdown = (stack.enter_context(args.markdown.open("w", encoding="utf-8"))
                         if args.markdown else None)
+            json_file = (stack.enter_context(Path(args.json).open("w", encoding="utf-8"))
+                         if args.json not in (None, "-") else None)
             progress = None
             if not args.no_progress:
                 progress = stack.enter_context(Progress(
@@ -242,17 +253,25 @@ def main(args: argparse.Namespace) -> int:
             summary.bad_lines = len(bad_lines)
             if markdown is not None:
                 markdown.write(summary.markdown())
+            document = (summary_json(summary, no_sampling=args.no_sampling)
+                        if args.json else None)
+            if json_file is not None and document is not None:
+                json_file.write(document + "\n")
     except (EvalstreamError, OSError) as exc:
         # Escaped: "[address]:port" in a message is text, not rich markup (it vanished);
         # unwrapped, so that a path in it stays whole.
         console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 2
-    # A line of its own: as the table's title it wrapped to the table's width, word by
-    # word when there is one narrow column (no results).
-    out = Console(width=200)
-    out.print(_headline(summary), highlight=False)
-    out.print(_table(summary))
-    out.print(summary.spend_line(), highlight=False)
+    if args.json == "-" and document is not None:
+        # Alone on stdout, so that it parses: progress, bad lines and warnings are on stderr.
+        sys.stdout.write(document + "\n")
+    else:
+        # A line of its own: as the table's title it wrapped to the table's width, word by
+        # word when there is one narrow column (no results).
+        out = Console(width=200)
+        out.print(_headline(summary), highlight=False)
+        out.print(_table(summary))
+        out.print(summary.spend_line(), highlight=False)
     for hint in (unrouted_hint(summary, settings, items, topic),
                  sampled_out_hint(summary, no_sampling=args.no_sampling)):
         if hint is None:

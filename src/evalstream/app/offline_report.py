@@ -15,7 +15,8 @@ some judge made requests (a run on the builtin judge alone gets one "no judge re
 instead of columns of zeros), and the USD ones only when some judge was priced.
 
 Each figure is computed once, as a number (:meth:`EvaluatorSummary.figures`,
-:meth:`JudgeSpend.per_evaluation`); the table and the Markdown only format them.
+:meth:`JudgeSpend.per_evaluation`); the table, the Markdown and the JSON summary
+(``app/offline_json.py``) only format them.
 """
 
 from __future__ import annotations
