@@ -285,3 +285,32 @@ def test_phoenix_project_name_stands_in_for_a_default_service_name() -> None:
     assert app_of(project) == "billing-bot"
     assert app_of({"service.name": "svc", **project}) == "svc"
     assert app_of({"service.name": "unknown_service"}) == "unknown_service"
+
+
+# --- 9. OpenInference message lists with gaps -------------------------------------------------
+
+
+def test_openinference_messages_are_read_past_gaps_in_their_numbering() -> None:
+    # The Responses API reader numbers input from 1 and skips items it does not map (see
+    # test_formats_otlp_captured); keys naming no field, or no number, list no message.
+    decoded = decode(span("1000000000000091", {
+        "openinference.span.kind": "LLM",
+        "input.value": '{"input": [{"role": "user", "content": "Second?"}]}',
+        "input.mime_type": "application/json",
+        "llm.input_messages.1.message.role": "system",
+        "llm.input_messages.1.message.content": "Be brief.",
+        "llm.input_messages.2.message.role": "user",
+        "llm.input_messages.2.message.content": "First?",
+        "llm.input_messages.5.message.role": "user",
+        "llm.input_messages.5.message.contents.0.message_content.type": "text",
+        "llm.input_messages.5.message.contents.0.message_content.text": "Second?",
+        "llm.input_messages.12": "no field",
+        "llm.input_messages.x.message.role": "user",
+        "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.content": "Yes.",
+    }))
+    [event] = decoded.events
+    assert event.system_prompt == "Be brief."
+    assert [(m.role, m.content) for m in event.messages] == [
+        ("user", "First?"), ("user", "Second?")]
+    assert (event.input, event.output) == ("Second?", "Yes.")

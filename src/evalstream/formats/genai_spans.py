@@ -64,5 +64,5 @@ def read_content(span: SpanView) -> Content | None:
     if found is None or found.empty():
         found = read_legacy(get)
     if found is None or found.empty():
-        found = read_openinference(get)
+        found = read_openinference(get, span.raw)
     return None if found is None or found.empty() else found

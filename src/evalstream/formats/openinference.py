@@ -7,6 +7,7 @@ question and the answer.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from evalstream.events import load_json
@@ -26,11 +27,31 @@ from evalstream.formats.genai_messages import (
 __all__ = ["read_openinference"]
 
 
-def _oi_messages(get: AttrGetter, prefix: str) -> list[tuple[str, str]]:
+def _oi_indices(keys: Iterable[str], prefix: str) -> list[int]:
+    """The message indices listed under ``prefix``, ascending.
+
+    Read from the keys rather than counted up from 0: OpenInference leaves gaps. Its
+    Responses API reader numbers ``input`` items from 1 (0 is kept for ``instructions``)
+    and writes nothing for items it does not map (``item_reference``, MCP and other tool
+    items), so a count stopping at the first gap lost the later turns, the user's question
+    among them (openinference-instrumentation-openai 0.1.66).
+    """
+    start = prefix + "."
+    skip = len(start)
+    found: set[int] = set()
+    for key in keys:
+        if key.startswith(start):
+            dot = key.find(".", skip)  # a key without a field after the index holds nothing
+            head = key[skip:dot]
+            if dot > skip and head.isdecimal():
+                found.add(int(head))
+    return sorted(found)
+
+
+def _oi_messages(get: AttrGetter, keys: Iterable[str], prefix: str) -> list[tuple[str, str]]:
     """OpenInference flattened messages under ``prefix`` (``llm.input_messages``...)."""
     found: list[tuple[str, str]] = []
-    i = 0
-    while True:
+    for i in _oi_indices(keys, prefix):
         base = f"{prefix}.{i}.message."
         role = get(base + "role")
         text = get(base + "content")
@@ -46,11 +67,8 @@ def _oi_messages(get: AttrGetter, prefix: str) -> list[tuple[str, str]]:
                 if part_text:
                     texts.append(str(part_text))
                 k += 1
-            if role is None and k == 0:
-                break
             text = "\n".join(texts)
         found.append((str(role or ""), maybe_parts(stringify(text))))
-        i += 1
     return found
 
 
@@ -138,10 +156,15 @@ def _oi_value(get: AttrGetter, key: str, output: bool) -> str | None:
     return None
 
 
-def read_openinference(get: AttrGetter) -> Content | None:
-    """OpenInference ``llm.input_messages`` / ``llm.output_messages`` / ``input.value``."""
-    inputs = _oi_messages(get, "llm.input_messages")
-    outputs = _oi_messages(get, "llm.output_messages")
+def read_openinference(get: AttrGetter, keys: Iterable[str]) -> Content | None:
+    """OpenInference ``llm.input_messages`` / ``llm.output_messages`` / ``input.value``.
+
+    Args:
+        get: Reads one attribute.
+        keys: The span's attribute keys (where the listed messages are found).
+    """
+    inputs = _oi_messages(get, keys, "llm.input_messages")
+    outputs = _oi_messages(get, keys, "llm.output_messages")
     content = Content()
     for role, text in inputs:
         content.add_turn(role or "user", text)
