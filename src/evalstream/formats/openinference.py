@@ -27,31 +27,38 @@ from evalstream.formats.genai_messages import (
 __all__ = ["read_openinference"]
 
 
-def _oi_indices(keys: Iterable[str], prefix: str) -> list[int]:
-    """The message indices listed under ``prefix``, ascending.
+_INPUTS = "llm.input_messages"
+_OUTPUTS = "llm.output_messages"
+_LISTS = (_INPUTS + ".", _OUTPUTS + ".")
+_SKIP_IN, _SKIP_OUT = len(_LISTS[0]), len(_LISTS[1])
+
+
+def _oi_indices(keys: Iterable[str]) -> tuple[list[int], list[int]]:
+    """The indices of the input and of the output messages the keys list, ascending.
 
     Read from the keys rather than counted up from 0: OpenInference leaves gaps. Its
     Responses API reader numbers ``input`` items from 1 (0 is kept for ``instructions``)
     and writes nothing for items it does not map (``item_reference``, MCP and other tool
     items), so a count stopping at the first gap lost the later turns, the user's question
-    among them (openinference-instrumentation-openai 0.1.66).
+    among them (openinference-instrumentation-openai 0.1.66). One pass for both lists: this
+    runs for every OpenInference span with content.
     """
-    start = prefix + "."
-    skip = len(start)
-    found: set[int] = set()
+    inputs: set[int] = set()
+    outputs: set[int] = set()
     for key in keys:
-        if key.startswith(start):
+        if key.startswith(_LISTS):
+            found, skip = (inputs, _SKIP_IN) if key[4] == "i" else (outputs, _SKIP_OUT)
             dot = key.find(".", skip)  # a key without a field after the index holds nothing
             head = key[skip:dot]
             if dot > skip and head.isdecimal():
                 found.add(int(head))
-    return sorted(found)
+    return sorted(inputs), sorted(outputs)
 
 
-def _oi_messages(get: AttrGetter, keys: Iterable[str], prefix: str) -> list[tuple[str, str]]:
+def _oi_messages(get: AttrGetter, prefix: str, indices: list[int]) -> list[tuple[str, str]]:
     """OpenInference flattened messages under ``prefix`` (``llm.input_messages``...)."""
     found: list[tuple[str, str]] = []
-    for i in _oi_indices(keys, prefix):
+    for i in indices:
         base = f"{prefix}.{i}.message."
         role = get(base + "role")
         text = get(base + "content")
@@ -163,8 +170,9 @@ def read_openinference(get: AttrGetter, keys: Iterable[str]) -> Content | None:
         get: Reads one attribute.
         keys: The span's attribute keys (where the listed messages are found).
     """
-    inputs = _oi_messages(get, keys, "llm.input_messages")
-    outputs = _oi_messages(get, keys, "llm.output_messages")
+    input_indices, output_indices = _oi_indices(keys)
+    inputs = _oi_messages(get, _INPUTS, input_indices)
+    outputs = _oi_messages(get, _OUTPUTS, output_indices)
     content = Content()
     for role, text in inputs:
         content.add_turn(role or "user", text)
