@@ -28,6 +28,12 @@ the test's own. Resource: ``service.name=walk-bot``, ``deployment.environment.na
   the flattened ``gen_ai.prompt.N.*``; ``_events``: ``use_attributes=False`` with a logger
   provider. It made no span for a Responses API call with a message list.
 
+* ``real_traceloop_sdk``: traceloop-sdk 0.62.4 (OpenLLMetry's SDK, with its
+  opentelemetry-instrumentation-openai 0.62.4 and opentelemetry-sdk 1.45.1):
+  ``Traceloop.init(app_name="walk-bot", exporter=..., disable_batch=True)``, one chat call
+  in an ``@workflow`` function that sets ``Associations.set([(SESSION_ID, "conv-walk-1"),
+  (USER_ID, "user-7")])``.
+
 ``*_logs.json`` are the OTLP log records the event modes wrote (``otlp_logs`` topic).
 """
 
@@ -218,6 +224,22 @@ def test_openllmetry_attributes() -> None:
     assert events["tool_call"].attributes["finish_reasons"] == "tool_call"
     assert events["responses"].attributes["span_name"] == "openai.response"
     assert events["responses"].attributes["response_id"] == "resp_abc123"
+
+
+def test_traceloop_sdk_session_and_user_association_properties() -> None:
+    # The SDK's standard AssociationProperty.SESSION_ID / USER_ID become
+    # traceloop.association.properties.session_id / user_id on every span of the context:
+    # without reading them, OpenLLMetry conversations had no session (and session routes
+    # evaluated each turn alone). Checked failing without the fix.
+    decoded = decode_both("real_traceloop_sdk")
+
+    assert decoded.skipped == {"not_llm": 1}  # the @workflow span
+    [event] = decoded.events
+    assert event.span_id == "54953e45dd902461"
+    assert event.session_id == "conv-walk-1"
+    assert event.attributes["user_id"] == "user-7"
+    assert event.app == "walk-bot"
+    assert content(event) == expected("system")
 
 
 @pytest.mark.parametrize("name", ["real_openai_v2_no_content", "real_openai_v2_event_only"])

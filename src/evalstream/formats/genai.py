@@ -17,8 +17,9 @@ A chat span becomes one :class:`~evalstream.events.TraceEvent`:
   the same message that ended before it (in end-time order), at most
   :data:`MAX_CONTEXT_DOCUMENTS` documents and :data:`MAX_CONTEXT_CHARS` characters (see
   :mod:`.trace_context`);
-* ``session_id`` from the configured attribute, ``gen_ai.conversation.id`` or
-  ``session.id`` (span, then resource); ``app`` from the configured attribute or the
+* ``session_id`` from the configured attribute, ``gen_ai.conversation.id``,
+  ``session.id`` or traceloop-sdk's ``traceloop.association.properties.session_id`` (span,
+  then resource); ``app`` from the configured attribute or the
   resource's ``service.name`` (``openinference.project.name`` when that is missing or the
   SDK's ``unknown_service`` default);
 * ``attributes`` (flat strings, for routing and metrics): ``operation``, ``provider``,
@@ -105,7 +106,7 @@ _SPAN_ATTRIBUTES: tuple[tuple[str, tuple[str, ...]], ...] = (
                        "llm.token_count.completion")),
     ("response_id", ("gen_ai.response.id",)),
     ("agent_name", ("gen_ai.agent.name",)),
-    ("user_id", ("user.id", "enduser.id")),
+    ("user_id", ("user.id", "enduser.id", "traceloop.association.properties.user_id")),
 )
 #: The ``TraceEvent.attributes`` names an OTLP event gets from the decoder itself (when the
 #: span has a value for them); any other name must be carried (``attribute_map``, or the

@@ -15,7 +15,9 @@ from evalstream.formats.genai_messages import AttrGetter
 
 __all__ = ["Attrs", "Options", "Resource", "SpanView", "flat_text"]
 
-_SESSION_KEYS = ("gen_ai.conversation.id", "session.id")
+#: traceloop-sdk (OpenLLMetry) writes its standard SESSION_ID association as the last one.
+_SESSION_KEYS = ("gen_ai.conversation.id", "session.id",
+                 "traceloop.association.properties.session_id")
 _ENVIRONMENT_KEYS = ("deployment.environment.name", "deployment.environment")
 
 
