@@ -28,6 +28,9 @@ the test's own. Resource: ``service.name=walk-bot``, ``deployment.environment.na
   the flattened ``gen_ai.prompt.N.*``; ``_events``: ``use_attributes=False`` with a logger
   provider. It made no span for a Responses API call with a message list.
 
+* ``real_openinference_reasoning``: the same library, one more Responses API call (from a
+  later run of the same capture) whose output starts with a ``reasoning`` item, as
+  reasoning models' do. (OpenLLMetry 0.62.4 made no span for that call.)
 * ``real_traceloop_sdk``: traceloop-sdk 0.62.4 (OpenLLMetry's SDK, with its
   opentelemetry-instrumentation-openai 0.62.4 and opentelemetry-sdk 1.45.1):
   ``Traceloop.init(app_name="walk-bot", exporter=..., disable_batch=True)``, one chat call
@@ -209,6 +212,16 @@ def test_openinference_responses_input_numbered_past_a_gap_keeps_the_last_questi
     assert content(events["responses_gap"]) == expected("responses_gap")
     # Without instructions the list starts at 1: the system message was lost.
     assert events["responses_list"].system_prompt == SYSTEM
+
+
+def test_openinference_reasoning_summary_is_not_the_answer() -> None:
+    # OpenInference lists the reasoning item as an output message whose content part has
+    # type "reasoning"; its text was taken as the answer. Checked failing without the fix.
+    decoded = decode_both("real_openinference_reasoning")
+
+    [event] = decoded.events
+    assert event.output == "Answer to: Frost tonight?"
+    assert (event.input, event.system_prompt) == ("Frost tonight?", SYSTEM)
 
 
 def test_openllmetry_attributes() -> None:

@@ -69,9 +69,13 @@ def _oi_messages(get: AttrGetter, prefix: str, indices: list[int]) -> list[tuple
             while True:
                 part = f"{base}contents.{k}.message_content."
                 part_text = get(part + "text")
-                if part_text is None and get(part + "type") is None:
+                kind = get(part + "type")
+                if part_text is None and kind is None:
                     break
-                if part_text:
+                # A "reasoning" part (the Responses API's reasoning summary) is not what
+                # the user was shown: its text was taken as the answer. (Other types are
+                # kept: a part of a type not known here may well be shown text.)
+                if part_text and kind != "reasoning":
                     texts.append(str(part_text))
                 k += 1
             text = "\n".join(texts)
