@@ -5,11 +5,12 @@ How they were captured: the ``openai`` 3.57.0 client called a local OpenAI-compa
 stdlib server (chat completions: plain, system prompt, multi-turn, a tool call and its
 result, streaming with usage, multimodal ``parts`` with a ``developer`` prompt, ``n=2``, a
 400 error; Responses API: ``instructions`` + string, a message list, a list with an
-``item_reference``), spans kept by opentelemetry-sdk 1.45.2's ``InMemorySpanExporter``
-(logs by ``InMemoryLogRecordExporter``), encoded by opentelemetry-exporter-otlp-proto-common
-1.45.2 (``ExportTraceServiceRequest``) and written as OTLP/JSON the way the Collector's
-``otlp_json`` does (hex ids, integer enums). Ids and attributes are as captured; the text is
-the test's own. Resource: ``service.name=walk-bot``, ``deployment.environment.name=test``.
+``item_reference``, a reasoning model's answer), spans kept by opentelemetry-sdk 1.45.2's
+``InMemorySpanExporter`` (logs by ``InMemoryLogRecordExporter``), encoded by
+opentelemetry-exporter-otlp-proto-common 1.45.2 (``ExportTraceServiceRequest``) and written
+as OTLP/JSON the way the Collector's ``otlp_json`` does (hex ids, integer enums). Ids and
+attributes are as captured; the text is the test's own. Resource: ``service.name=walk-bot``,
+``deployment.environment.name=test``.
 
 * ``real_openai_v2_*``: opentelemetry-instrumentation-openai-v2 2.4b0 with
   opentelemetry-util-genai 1.1b0 (2.4b0 does not import with util-genai >= 1.2b0, which its
@@ -26,11 +27,12 @@ the test's own. Resource: ``service.name=walk-bot``, ``deployment.environment.na
 * ``real_openllmetry``: opentelemetry-instrumentation-openai 0.62.4 (traceloop), default
   ``use_attributes=True``: semconv ``gen_ai.input/output.messages`` JSON strings, no longer
   the flattened ``gen_ai.prompt.N.*``; ``_events``: ``use_attributes=False`` with a logger
-  provider. It made no span for a Responses API call with a message list.
+  provider. (It keys Responses API spans by response id: the test server gives each
+  response its own id, else a second call with the same id made no span.)
 
 * ``real_openinference_reasoning``: the same library, one more Responses API call (from a
   later run of the same capture) whose output starts with a ``reasoning`` item, as
-  reasoning models' do. (OpenLLMetry 0.62.4 made no span for that call.)
+  reasoning models' do (``real_openllmetry`` has that call too).
 * ``real_traceloop_sdk``: traceloop-sdk 0.62.4 (OpenLLMetry's SDK, with its
   opentelemetry-instrumentation-openai 0.62.4 and opentelemetry-sdk 1.45.1):
   ``Traceloop.init(app_name="walk-bot", exporter=..., disable_batch=True)``, one chat call
@@ -80,11 +82,12 @@ SPANS: dict[str, dict[str, str]] = {
         "responses_list": "aa3e85699a856f6d", "responses_gap": "1c4371fda8403695",
         "error": "3f386f194489acdb"},
     "real_openllmetry": {
-        "plain": "b46c8ab6381a7f05", "system": "d49e5e0fa10063f6",
-        "multi_turn": "6ceb43d454cfa66d", "tool_call": "db16cbe1ec221f6e",
-        "tool_result": "243465b85fd8a191", "stream": "e2016816e18455f0",
-        "parts": "2488d473d509088f", "n2": "8ef678846446efaa", "responses": "44edc04d0405f597",
-        "error": "5911a4f187455ea1"},
+        "plain": "b9258a5e628c368b", "system": "3ef483da27dce06b",
+        "multi_turn": "b4146324830c4811", "tool_call": "93f6f49122e3f1fa",
+        "tool_result": "a52ee8ec513823ad", "stream": "086c9aa77cd927d8",
+        "parts": "72001c39e7ddab8e", "n2": "a3f24b9072799549", "responses": "31208a86e89846e2",
+        "responses_list": "6f5b2ab05011d0df", "responses_gap": "73532754c978228b",
+        "responses_reasoning": "35d9b29c8b997395", "error": "f98a39deb71f1f33"},
 }
 
 #: (input, output, system prompt, messages) each call should give, whatever the convention.
@@ -112,6 +115,9 @@ EXPECTED: dict[str, tuple[str | None, str | None, str | None, list[tuple[str, st
                        [("user", "Hail in Bern?")]),
     "responses_gap": ("And in Oslo?", "Answer to: And in Oslo?", SYSTEM,
                       [("user", "Is it sunny in Rome?"), ("user", "And in Oslo?")]),
+    # The reasoning summary before the answer is not the answer.
+    "responses_reasoning": ("Frost tonight?", "Answer to: Frost tonight?", SYSTEM,
+                            [("user", "Frost tonight?")]),
 }
 
 
@@ -236,7 +242,8 @@ def test_openllmetry_attributes() -> None:
     # OpenLLMetry maps OpenAI's "tool_calls" to the semconv "tool_call".
     assert events["tool_call"].attributes["finish_reasons"] == "tool_call"
     assert events["responses"].attributes["span_name"] == "openai.response"
-    assert events["responses"].attributes["response_id"] == "resp_abc123"
+    assert events["responses"].attributes["response_id"] == "resp_1"
+    assert events["responses_reasoning"].attributes["model"] == "o4-mini"
 
 
 def test_traceloop_sdk_session_and_user_association_properties() -> None:
