@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 import structlog
+from prometheus_client import CollectorRegistry
 
+from evalstream.app.pipeline import Pipeline
 from evalstream.config import EvaluatorSpec, OpenAIJudgeConfig
-from evalstream.errors import EvaluatorError, JudgeError, SkipEvaluation
+from evalstream.errors import JudgeError, SkipEvaluation
 from evalstream.evaluators import registry
 from evalstream.evaluators.base import Evaluator
 from evalstream.evaluators.role_violation import RoleViolation
@@ -25,6 +27,7 @@ from evalstream.judges.openai_compat import OpenAIJudge
 from evalstream.metrics import Metrics
 from tests.support.llm_server import llm_server
 from tests.support.scripted_judge import ScriptedJudge, prompt_chars
+from tests.unit.pipeline_doubles import settings
 
 ROLE = "A cooking assistant that only discusses recipes and never gives medical advice."
 PROMPT = "You are ChefBot. Only talk about cooking. Never give medical advice. Be brief."
@@ -235,8 +238,51 @@ async def test_role_violation_skips_and_rejects_bad_extraction() -> None:
     evaluator = make("role_violation", judge)
     with pytest.raises(SkipEvaluation, match="no_role"):
         await evaluator.evaluate(TraceEvent(event_id="e", output="x"))
-    with pytest.raises(EvaluatorError, match="not JSON"):
+    with pytest.raises(JudgeError, match="not JSON"):
         await evaluator.evaluate(TraceEvent(event_id="e", system_prompt=PROMPT, output="x"))
+
+
+@pytest.mark.parametrize("answer", [
+    "not json", ('["cooking"]', ["cooking"]), ('{"role": 3}', {"role": 3})])
+async def test_role_violation_unusable_extraction_is_a_judge_error_with_its_spend(
+        answer: Any) -> None:
+    # The extraction was answered and paid, but its answer cannot be used: as any unusable
+    # judge answer, the error result names the judge and carries the spend, which the
+    # evaluation cost metric then counts (an evaluator error named no judge: its spend was
+    # in no result). Checked: fails without the fix.
+    judge = PricedJudge({"role_violation": {"yes": 0.9}},
+                        generate={"role_extraction": answer}, name="builtin")
+    registry = CollectorRegistry()
+    pipeline = Pipeline(settings(routes=[{"name": "main", "evaluators": [
+        {"evaluator": "role_violation"}]}]), {"builtin": judge}, Metrics(registry))
+    (result,) = await pipeline.evaluate(
+        TraceEvent(event_id="e", system_prompt=PROMPT, output="Add salt."), topic="traces")
+    assert result.status == "error"
+    assert (result.error or "").startswith("judge: role_extraction: ")
+    assert result.judge is not None
+    assert (result.judge.backend, result.judge.model, result.judge.requests) == (
+        "scripted", "script", 1)
+    assert result.judge.tokens_in == prompt_chars(judge.generations[0]) // 4
+    assert result.judge.cost_usd == pytest.approx(0.01)
+    assert judge.requests == []  # no conformance call after it
+    assert registry.get_sample_value("evalstream_evaluation_cost_usd_total", {
+        "route": "main", "evaluator": "role_violation"}) == pytest.approx(0.01)
+    assert registry.get_sample_value("evalstream_evaluations_total", {
+        "route": "main", "evaluator": "role_violation", "outcome": "error"}) == 1
+
+
+async def test_role_violation_unusable_extraction_is_charged_to_one_joined_evaluation(
+        ) -> None:
+    # Shared by two evaluations of one new prompt: its spend is on one error result only.
+    judge = YieldingJudge({"role_violation": {"yes": 0.9}},
+                          generate={"role_extraction": ('{"role": 3}', {"role": 3})})
+    evaluator = make("role_violation", judge)
+    errors = await asyncio.gather(*(
+        evaluator.evaluate(TraceEvent(event_id=str(i), system_prompt=PROMPT, output="Hi."))
+        for i in range(2)), return_exceptions=True)
+    assert len(judge.generations) == 1
+    infos = [judge_info_of(e) for e in errors if isinstance(e, JudgeError)]
+    assert sorted((i.requests, i.cost_usd) for i in infos if i) == [(0, 0.0), (1, 0.01)]
 
 
 def conversation(n_turns: int) -> list[TraceEvent]:

@@ -542,8 +542,9 @@ async def test_spend_on_evaluations_that_failed_is_counted(tmp_path: Path) -> No
 
 
 def test_spend_no_result_carries_is_told_apart() -> None:
-    # e.g. role_violation's extraction answered malformed JSON: an evaluator error, whose
-    # result names no judge. The judges' meters say how much more went.
+    # e.g. a plugin evaluator that could not use a paid answer and raised an error other
+    # than a JudgeError, whose result names no judge. The judges' meters say how much more
+    # went.
     summary = Summary(metered_tokens=30, metered_cost_usd=0.03)
     summary.add(_result(status="error", error="judge: x", judge=JudgeInfo(
         backend="openai", requests=1, tokens_in=10, tokens_out=0, cost_usd=0.01)), None)

@@ -214,9 +214,9 @@ class Summary:
     #: What the judges metered over the run (``evalstream_judge_tokens_total`` and
     #: ``evalstream_judge_cost_usd_total``, all judges): the results carry what their own
     #: evaluations spent, error results what their failed evaluation did (earlier calls
-    #: included), so this is more only when a call's spend is in no result: an answer the
-    #: evaluator could not use (e.g. a malformed role extraction) is an evaluator error,
-    #: which names no judge.
+    #: included), so this is more only when a call's spend is in no result: a plugin
+    #: evaluator that fails with an error other than a ``JudgeError`` (which names no
+    #: judge) on an answer it could not use, or a bug after a paid call.
     metered_tokens: int = 0
     metered_cost_usd: float = 0.0
 

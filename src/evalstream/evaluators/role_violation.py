@@ -19,7 +19,6 @@ from pydantic import Field, field_validator
 
 from evalstream.config import EvaluatorSpec
 from evalstream.errors import (
-    EvaluatorError,
     JudgeError,
     JudgeUnsupportedError,
     SkipEvaluation,
@@ -42,7 +41,13 @@ from evalstream.evaluators.common import (
 )
 from evalstream.evaluators.registry import register
 from evalstream.events import JudgeInfo, TraceEvent, stable_hash
-from evalstream.judges.base import GenerateRequest, Generation, Judge, JudgeRequest
+from evalstream.judges.base import (
+    GenerateRequest,
+    Generation,
+    Judge,
+    JudgeRequest,
+    with_judge_info,
+)
 from evalstream.judges.cache import TTLCache
 from evalstream.logging import get_logger
 
@@ -102,20 +107,26 @@ class RoleViolationParams(TextParams):
 
 
 def parse_role(value: Any, text: str) -> tuple[str, list[str]]:
-    """(role, behaviours) from a ``role_extraction`` answer; strict about the shape."""
+    """(role, behaviours) from a ``role_extraction`` answer; strict about the shape.
+
+    Raises:
+        JudgeError: the answer is not JSON, or not of that shape. A judge error, as any
+            other answer a judge gave that cannot be used: the caller puts the call's
+            ``JudgeInfo`` on it, so the error result names the judge and carries the spend.
+    """
     if value is None:
         from evalstream.events import load_json
 
         try:
             value = load_json(text)
         except ValueError:
-            raise EvaluatorError("role_extraction: the judge's answer is not JSON") from None
+            raise JudgeError("role_extraction: the judge's answer is not JSON") from None
     if not isinstance(value, dict):
-        raise EvaluatorError("role_extraction: expected a JSON object")
+        raise JudgeError("role_extraction: expected a JSON object")
     role = value.get("role")
     behaviours = value.get("behaviours", value.get("behaviors", []))
     if not isinstance(role, str) or not isinstance(behaviours, list):
-        raise EvaluatorError("role_extraction: expected {role: str, behaviours: [str]}")
+        raise JudgeError("role_extraction: expected {role: str, behaviours: [str]}")
     rules = [" ".join(b.split()) for b in behaviours if isinstance(b, str) and b.strip()]
     return " ".join(role.split()), rules[:_MAX_BEHAVIOURS]
 
@@ -179,7 +190,14 @@ class RoleViolation(Evaluator[RoleViolationParams]):
             task="role_extraction", instructions=EXTRACT_INSTRUCTIONS,
             data=(("system_prompt", clip(source, self.params.max_chars)),), max_tokens=300,
             json_schema_hint=EXTRACT_SCHEMA))
-        role, behaviours = parse_role(generation.value, generation.text)
+        try:
+            role, behaviours = parse_role(generation.value, generation.text)
+        except JudgeError as exc:
+            # The call was answered and paid: its error result says by whom and what it
+            # cost, as for a conformance answer that cannot be used. A new error per call,
+            # so ``shared_call`` hands joined callers copies without this spend.
+            with_judge_info(exc, generation.info)
+            raise
         return role, behaviours, generation
 
     async def role_of(self, event: TraceEvent) -> tuple[str, list[str], Generation | None]:
