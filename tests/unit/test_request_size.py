@@ -9,6 +9,7 @@ floor, ordinary results (~1 KB) are refused too. Checked at start-up (exit 2).
 from __future__ import annotations
 
 import random
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from evalstream.app.worker import Worker
 from evalstream.cli import EXIT_CONFIG, main
 from evalstream.config import Settings
 from evalstream.errors import ConfigError
-from evalstream.events import TraceEvent
+from evalstream.events import JudgeInfo, TraceEvent
 from evalstream.metrics import Metrics
 from evalstream.sinks.kafka import result_record_bytes
 from tests.unit.pipeline_doubles import JUDGES, settings
@@ -107,3 +108,56 @@ def test_no_error_result_is_larger_than_the_floor(seed: int) -> None:
     assert plan.bound.label == largest.evaluator
     result = pipeline.failed(event, plan, _nasty(rng, rng.randint(0, 3000)))
     assert result_record_bytes(result) <= floor
+    # Carrying the judge spend of the result it stands in for (a plugin judge names itself
+    # and counts as it likes), and of a judge error: still within the floor.
+    result = pipeline.failed(event, plan, _nasty(rng, rng.randint(0, 3000)), _nasty_judge(rng))
+    assert result_record_bytes(result) <= floor
+
+
+def _nasty_judge(rng: random.Random) -> JudgeInfo:
+    def count() -> int:
+        return rng.choice([0, 1, 2**31, -(2**63), 2**64, -(10**40), 10**40])
+
+    def real() -> float:
+        return rng.choice([0.0, 1e-300, -2.9205048131065683e-196, -1.7976931348623157e308,
+                           float("nan"), float("-inf"), rng.uniform(-1e9, 1e9)])
+
+    return JudgeInfo(backend=_nasty(rng, rng.randint(0, 5000)),
+                     model=rng.choice([None, _nasty(rng, rng.randint(0, 5000))]),
+                     latency_ms=real(), requests=count(), tokens_in=count(),
+                     tokens_out=count(), cost_usd=real(), cached=rng.random() < 0.5,
+                     escalated=rng.random() < 0.5, capped=rng.random() < 0.5)
+
+
+def test_the_floor_holds_the_widest_judge_a_stand_in_can_carry() -> None:
+    # Every field past its limit in the longest JSON characters, the judge's counts past 64
+    # bits and its floats at their longest: at the floor (within the clock's digits), not
+    # over it. Checked: over it by far before error results bounded their judge.
+    config = settings(results={"attributes": ["model"]})
+    pipeline = pipeline_of(config)
+    floor = floor_of(config)
+    wide = "\x00" * 5000
+    event = TraceEvent(event_id=wide, trace_id=wide, span_id=wide, session_id=wide, app=wide,
+                       attributes={"model": wide},
+                       timestamp=datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC))
+    judge = JudgeInfo(backend=wide, model=wide, latency_ms=-2.2250738585072014e-308,
+                      requests=-(10**40), tokens_in=-(10**40), tokens_out=-(10**40),
+                      cost_usd=-1.7976931348623157e308)
+    plan = pipeline.plan(TraceEvent(event_id="e", trace_id="t"), "traces")[0]
+    size = result_record_bytes(pipeline.failed(event, plan, wide, judge), widest_key=True)
+    assert floor - 10 <= size <= floor
+
+
+def test_an_error_result_keeps_its_judge_short_and_its_counts_within_64_bits() -> None:
+    config = settings()
+    pipeline = pipeline_of(config)
+    plan = pipeline.plan(TraceEvent(event_id="e", trace_id="t"), "traces")[0]
+    judge = JudgeInfo(backend="b" * 300, model="m" * 300, requests=2**70, tokens_in=-(2**70),
+                      tokens_out=5, cost_usd=0.25)
+    failed = pipeline.failed(TraceEvent(event_id="e"), plan, "x", judge).judge
+    assert failed is not None
+    assert (failed.backend, failed.model) == ("b" * 256, "m" * 256)
+    assert (failed.requests, failed.tokens_in, failed.tokens_out, failed.cost_usd) == (
+        2**63 - 1, -(2**63), 5, 0.25)
+    usual = JudgeInfo(backend="openai", model="gpt-4o-mini", requests=1, cost_usd=0.01)
+    assert pipeline.failed(TraceEvent(event_id="e"), plan, "x", usual).judge is usual

@@ -155,6 +155,31 @@ async def test_a_session_result_the_broker_refuses_becomes_an_error_result() -> 
                                          "outcome": "error"}) == 1
 
 
+async def test_a_refused_session_result_s_stand_in_carries_its_judge_spend() -> None:
+    """As on the message path: the judge was paid for the refused result, so its stand-in
+    names the judge with that spend, counted by the cost metric (checked: fails without
+    the fix, where the stand-in had judge: null)."""
+    body = {"event_id": "a-0", "session_id": "a", "input": "q", "output": "costly"}
+    source = MemorySource([RawRecord("traces", 0, 0, dump_json(body))])
+    sink = MemorySink()
+    publish = sink.publish_result
+
+    async def refuse_ok_results(result: EvalResult) -> None:  # e.g. over the size limit
+        if result.status == "ok":
+            raise OutputRejectedError("results refused a record of 2000000 bytes")
+        await publish(result)
+
+    sink.publish_result = refuse_ok_results  # type: ignore[method-assign]
+    w = worker(source, sink, gap_s=0.1, evaluator={"evaluator": "unit_scripted"})
+    await run_until(w, lambda: source.committed.get(TP0) == 1, "the member committed")
+    (failed,) = sink.results
+    assert failed.status == "error"
+    assert failed.judge == JudgeInfo(backend="openai", model="m", cost_usd=0.002)
+    assert w.metrics.registry.get_sample_value(
+        "evalstream_evaluation_cost_usd_total",
+        {"route": "chat", "evaluator": "unit_scripted"}) == pytest.approx(0.002)
+
+
 async def test_until_caught_up_waits_for_open_sessions_and_evaluates_them() -> None:
     """``run --until-caught-up`` ends once every partition is committed to its end, which
     open windows hold back: it neither stops before they close (abandoning them, exit 0

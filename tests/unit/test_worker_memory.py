@@ -405,6 +405,23 @@ async def test_a_result_the_broker_refuses_becomes_an_error_result_not_a_crash_l
     assert outcomes(worker) == {"passed": 2.0, "failed": 0.0, "labelled": 0.0, "error": 1.0}
 
 
+async def test_the_stand_in_for_a_refused_result_carries_its_judge_spend() -> None:
+    # The refused result's judge was paid: the error result standing in for it names the
+    # judge with that spend, which the cost metric counts (it had judge: null, so the spend
+    # was in no result). Checked: fails without the fix.
+    worker, source, sink = build([raw(0, "costly"), raw(1, "costly")], sink=_RefusingSink())
+    async with started(worker) as task:
+        await until(lambda: source.committed.get(TP0) == 2)
+    assert await task == 0
+    by_event = {r.event_id: r for r in sink.results}
+    assert (by_event["e0"].status, by_event["e1"].status) == ("ok", "error")
+    assert by_event["e1"].judge == by_event["e0"].judge
+    assert by_event["e1"].judge is not None
+    assert (by_event["e1"].judge.backend, by_event["e1"].judge.model) == ("openai", "m")
+    assert metric(worker, "evalstream_evaluation_cost_usd_total", route="main",
+                  evaluator="unit_scripted") == pytest.approx(0.004)
+
+
 async def test_a_result_that_cannot_be_counted_is_still_published_once() -> None:
     worker, source, sink = build([raw(0), raw(1)])
 

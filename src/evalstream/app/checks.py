@@ -83,12 +83,13 @@ def check_watch_labels(settings: Settings, pipeline: Pipeline) -> None:
 def check_request_size(settings: Settings, pipeline: Pipeline) -> None:
     """``kafka.max_request_size`` holds the largest error result the worker can publish.
 
-    A result the producer refuses as too large is replaced by an error result, whose
-    fields the pipeline clips so that it is small whatever the event held
-    (``Pipeline.largest_error_results``). Were that refused too, the worker would stop,
-    and stop again on every restart at the same message. (The stand-in for a dead letter
-    too large to publish is smaller still: two 1,000-byte headers and a key of at most
-    1,024 bytes.) Below this floor, ordinary results of ~1 KB are refused as well.
+    A result the producer refuses as too large is replaced by an error result (carrying
+    the refused result's judge spend), whose fields the pipeline clips so that it is small
+    whatever the event and the judge's info held (``Pipeline.largest_error_results``).
+    Were that refused too, the worker would stop, and stop again on every restart at the
+    same message. (The stand-in for a dead letter too large to publish is smaller still:
+    two 1,000-byte headers and a key of at most 1,024 bytes.) Below this floor, ordinary
+    results of ~1 KB are refused as well.
 
     Raises:
         ConfigError: naming ``kafka.max_request_size`` and the floor.
@@ -103,8 +104,9 @@ def check_request_size(settings: Settings, pipeline: Pipeline) -> None:
         raise ConfigError(
             f"kafka.max_request_size ({limit}) must be at least {floor} bytes: the largest "
             f"error result the worker can publish (route {worst.route!r}, evaluator "
-            f"{worst.evaluator!r}: ids, attributes and message clipped to their limits) "
-            f"must fit, or one event that makes it would stop the worker at every restart")
+            f"{worst.evaluator!r}: ids, attributes, message and judge clipped to their "
+            f"limits) must fit, or one event that makes it would stop the worker at every "
+            f"restart")
 
 
 def check_fields_provided(settings: Settings, pipeline: Pipeline) -> None:

@@ -364,6 +364,7 @@ class MessagePath:
         # So a revoke can cancel this evaluation's waits at a judge's spend cap, and refuse
         # those it starts later: the state names this assignment (a rebalance replaces it).
         WAIT_SCOPE.set(state)
+        result = None
         try:
             result = await self.pipeline.run(event, planned)
             if result is not None:
@@ -383,8 +384,9 @@ class MessagePath:
             # The broker refused this result for good (e.g. too large), or a bug past the
             # pipeline's own guards (e.g. a plugin's ``details`` that JSON cannot hold):
             # its error result stands in for it (``ResultPublisher.stand_in``, which says
-            # why in the log).
-            if not await self._results.stand_in(event, planned, exc):
+            # why in the log), with the judge spend that result carried.
+            judge = None if result is None else result.judge
+            if not await self._results.stand_in(event, planned, exc, judge=judge):
                 return
         finally:
             self.slots.release()

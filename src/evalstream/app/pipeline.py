@@ -278,11 +278,11 @@ class Pipeline:
     def largest_error_results(self) -> list[EvalResult]:
         """Per configured evaluation, the largest error result :meth:`failed` can build
         (at its longest rate, when a route's strata give it several: ``widest_planned``).
-        This bounds what stands in for a result the broker refuses, so
-        ``kafka.max_request_size`` can be checked against it at start-up."""
-        event, error = widest_error_input(self._result_attributes)
+        This bounds what stands in for a result the broker refuses (with that result's
+        judge spend), so ``kafka.max_request_size`` can be checked against it at start-up."""
+        event, error, judge = widest_error_input(self._result_attributes)
         # A rate of 0 publishes nothing (canaries included), and a result's rate is > 0.
-        return [self.failed(event, planned, error)
+        return [self.failed(event, planned, error, judge)
                 for runtime in self._routes for planned in runtime.widest_planned()]
 
     def record(self, planned: Planned, result: EvalResult) -> None:

@@ -23,7 +23,7 @@ from evalstream.app.bindings import Planned
 from evalstream.app.outputs import Outputs
 from evalstream.app.pipeline import Pipeline
 from evalstream.errors import OutputRejectedError
-from evalstream.events import EvalResult, TraceEvent
+from evalstream.events import EvalResult, JudgeInfo, TraceEvent
 from evalstream.logging import get_logger
 
 __all__ = ["ResultPublisher", "with_details"]
@@ -59,13 +59,16 @@ class ResultPublisher:
             log.error("result_count_failed", error_type=type(exc).__name__)
 
     async def stand_in(self, event: TraceEvent, planned: Planned, exc: Exception,
-                       extra: Mapping[str, Any] | None = None) -> bool:
+                       extra: Mapping[str, Any] | None = None,
+                       judge: JudgeInfo | None = None) -> bool:
         """Publish and count the error result of ``planned`` on ``event`` in place of the
         result ``exc`` kept from being published; False (after ``fail``) when that could
         not be made durable either.
 
         Publishing the error instead keeps the offset from being held forever, which would
-        freeze the partition's commits (or, stopping, crash on every restart).
+        freeze the partition's commits (or, stopping, crash on every restart). It carries
+        the judge spend of the result it stands in for, which no other result carries: it
+        is then on the results topic and in ``evalstream_evaluation_cost_usd_total``.
 
         Args:
             event: The evaluated event.
@@ -73,6 +76,8 @@ class ResultPublisher:
             exc: Why its result was not published: ``OutputRejectedError`` (the broker
                 refused it for good, e.g. too large) or a bug (named by its type only).
             extra: Added to the error result's details.
+            judge: The ``judge`` of the result it stands in for (None when there was none,
+                as when a bug kept the evaluation from giving one).
         """
         if isinstance(exc, OutputRejectedError):
             log.warning("result_rejected", error=str(exc))
@@ -82,7 +87,7 @@ class ResultPublisher:
             log.error("evaluation_crashed", error_type=type(exc).__name__)
             why = f"internal error: {type(exc).__name__}"
         try:
-            failed = self._pipeline.failed(event, planned, why)
+            failed = self._pipeline.failed(event, planned, why, judge)
             if extra is not None:
                 failed = with_details(failed, extra)
             await self._outputs.result(failed)

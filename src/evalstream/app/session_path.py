@@ -230,6 +230,7 @@ class SessionPath:
         """Run, publish and count one evaluation of a session (as the message path does
         for an event); False when its output could not be made durable."""
         await self._slots.acquire()
+        result = None
         try:
             result = await self._pipeline.run(event, planned)
             if result is not None:
@@ -243,7 +244,8 @@ class SessionPath:
             # Without the members' ids: they may be what made the result too large.
             small = {"session": {k: v for k, v in extra["session"].items()
                                  if k != "event_ids"}}
-            return await self._results.stand_in(event, planned, exc, small)
+            return await self._results.stand_in(event, planned, exc, small,
+                                                judge=None if result is None else result.judge)
         finally:
             self._slots.release()
         return True
