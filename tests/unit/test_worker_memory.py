@@ -455,6 +455,53 @@ async def test_drain_timeout_abandons_work_uncommitted_and_exits_zero() -> None:
     assert source.committed[TP0] == 1  # offset 1 was abandoned: it will be redelivered
 
 
+async def test_an_evaluation_cancelled_before_it_ran_frees_its_slot_and_is_abandoned() -> None:
+    # A task cancelled before its first step (at close, right after it was started) never
+    # runs its coroutine's body, so nothing in it can see the cancel: its slot must still
+    # be freed and its piece abandoned, each once, or a revoke waits its whole deadline for
+    # work that never completes. Checked: fails without the fix (in flight 1, pending 1,
+    # the revoke takes the full 3 s).
+    worker, source, sink = build([raw(0)], worker={"shutdown_timeout_s": 3,
+                                                   "commit_interval_s": 0.02})
+    path = worker.message_path
+    start = path._start
+    cancelled = asyncio.Event()
+
+    async def start_then_cancel(*args: Any) -> None:
+        await start(*args)
+        path.cancel()  # as a stop cancelling the tasks right after they were started
+        cancelled.set()
+
+    path._start = start_then_cancel  # type: ignore[method-assign]
+    async with started(worker):
+        await asyncio.wait_for(cancelled.wait(), 5)
+        await until(lambda: not path._tasks)
+        await asyncio.sleep(0.05)  # commit intervals: a commit must not pass it either
+        assert worker.in_flight == 0  # freed exactly once (not -1)
+        assert worker.tracker.pending([TP0]) == 0  # abandoned exactly once (not -1)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await source.revoke([TP0])
+        assert loop.time() - began < 2  # not the 3 s deadline
+        assert source.committed.get(TP0, 0) == 0  # redelivered, never committed past
+    assert sink.results == []
+
+
+async def test_an_evaluation_cancelled_while_it_ran_frees_its_slot_and_is_abandoned() -> None:
+    # The same cancel once the body runs: still once each (pending and in flight both 0).
+    worker, source, sink = build([raw(0, "sleep:30")], worker={"shutdown_timeout_s": 3,
+                                                               "commit_interval_s": 0.02})
+    async with started(worker):
+        await until(lambda: worker.in_flight == 1)
+        worker.message_path.cancel()
+        await until(lambda: not worker.message_path._tasks)
+        assert worker.in_flight == 0
+        assert worker.tracker.pending([TP0]) == 0
+        await asyncio.sleep(0.05)
+        assert source.committed.get(TP0, 0) == 0
+    assert sink.results == []
+
+
 async def test_observers_see_acknowledged_results_and_publish_alerts() -> None:
     class Alerting(RecordingObserver):
         async def run(self, publish_alert: PublishAlert, stop: asyncio.Event) -> None:

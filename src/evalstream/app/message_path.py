@@ -30,6 +30,7 @@ message.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from zlib import crc32
@@ -338,7 +339,7 @@ class MessagePath:
             task = asyncio.create_task(
                 self._evaluate(state, record.offset, event, planned))
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(functools.partial(self._finished, state, record.offset))
 
     async def _keep_polled(self) -> None:
         """Poll the consumer while intake waits for a slot in the middle of a batch.
@@ -355,6 +356,24 @@ class MessagePath:
 
     # --- work ---------------------------------------------------------------------------
 
+    def _finished(self, state: PartitionState, offset: int, task: asyncio.Task[None]) -> None:
+        """An evaluation task ended, however: its slot is freed, and when it was cancelled
+        (a stop, the drain's deadline, a revoke cancelling a wait at a spend cap) its piece
+        is abandoned: it will never complete, so a revoke does not wait for it, and the
+        partition is not committed past it (the message is redelivered).
+
+        Here, not in ``_evaluate``: a task cancelled before its first step (at close, right
+        after ``_start``) never runs its body, which would keep its slot and leave its
+        piece outstanding; a done callback runs exactly once either way
+        (``OffsetTracker.abandon`` counts pieces: twice would count one piece twice). It
+        runs before whoever awaits the task resumes (their callbacks come later).
+        """
+        self._tasks.discard(task)
+        self.slots.release()
+        if task.cancelled():
+            self.tracker.abandon(state, offset, 1)
+            self.committer.progressed()
+
     async def _evaluate(self, state: PartitionState, offset: int, event: TraceEvent,
                         planned: Planned) -> None:
         # Each task runs in its own copy of the context, so what is bound here is seen by
@@ -365,6 +384,7 @@ class MessagePath:
         # those it starts later: the state names this assignment (a rebalance replaces it).
         WAIT_SCOPE.set(state)
         result = None
+        # Its slot is freed, and when cancelled its piece abandoned, by ``_finished``.
         try:
             result = await self.pipeline.run(event, planned)
             if result is not None:
@@ -373,13 +393,6 @@ class MessagePath:
         except SinkError as exc:
             self._fail(exc)
             return
-        except asyncio.CancelledError:
-            # Cancelled (a stop, the drain's deadline, a revoke cancelling a wait at a
-            # spend cap): it will never complete. Abandoned, so a revoke does not wait for
-            # it, and the partition is not committed past it: the message is redelivered.
-            self.tracker.abandon(state, offset, 1)
-            self.committer.progressed()
-            raise
         except Exception as exc:
             # The broker refused this result for good (e.g. too large), or a bug past the
             # pipeline's own guards (e.g. a plugin's ``details`` that JSON cannot hold):
@@ -388,7 +401,5 @@ class MessagePath:
             judge = None if result is None else result.judge
             if not await self._results.stand_in(event, planned, exc, judge=judge):
                 return
-        finally:
-            self.slots.release()
         self.tracker.done(state, offset)
         self.committer.progressed()
