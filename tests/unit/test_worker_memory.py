@@ -502,6 +502,49 @@ async def test_an_evaluation_cancelled_while_it_ran_frees_its_slot_and_is_abando
     assert sink.results == []
 
 
+class _StuckDeadLetters(MemorySink):
+    async def publish_dead_letter(self, record: Any, reason: str, error: str) -> None:
+        await asyncio.sleep(30)
+
+
+@pytest.mark.parametrize("before_it_ran", [True, False])
+async def test_a_dead_letter_cancelled_frees_its_slot_and_is_abandoned(
+        before_it_ran: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As for evaluations: a cancelled publishing task (a close, the drain's deadline) must
+    # free its dead-letter slot and abandon its piece, once each, whether or not its body
+    # ran. Checked: fails without the fix (pending 1 both ways; the slot kept when it never
+    # ran).
+    monkeypatch.setattr(dead_letters_module, "_DEAD_LETTER_CONCURRENCY", 1)
+    worker, source, _ = build([RawRecord("traces", 0, 0, b"not json")],
+                              sink=_StuckDeadLetters(),
+                              worker={"shutdown_timeout_s": 3, "commit_interval_s": 0.02})
+    path = worker.message_path
+    letters = path._dead_letters
+    send = letters.send
+    sent = asyncio.Event()
+
+    async def send_then_cancel(*args: Any) -> None:
+        await send(*args)
+        if before_it_ran:
+            path.cancel()
+        sent.set()
+
+    letters.send = send_then_cancel  # type: ignore[method-assign]
+    async with started(worker):
+        await asyncio.wait_for(sent.wait(), 5)
+        if not before_it_ran:
+            await asyncio.sleep(0.02)  # it runs, stuck in the sink
+            path.cancel()
+        await until(lambda: not path._tasks)
+        assert worker.tracker.pending([TP0]) == 0  # abandoned exactly once (not -1)
+        assert letters._dl_slots._value == 1  # its one slot freed, once
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await source.revoke([TP0])
+        assert loop.time() - began < 2  # not the 3 s deadline
+        assert source.committed.get(TP0, 0) == 0  # redelivered, never committed past
+
+
 async def test_observers_see_acknowledged_results_and_publish_alerts() -> None:
     class Alerting(RecordingObserver):
         async def run(self, publish_alert: PublishAlert, stop: asyncio.Event) -> None:

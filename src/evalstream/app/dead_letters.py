@@ -11,6 +11,7 @@ its drain and cancel reach them.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 
 import structlog
@@ -66,7 +67,19 @@ class DeadLetters:
             raise
         task = asyncio.create_task(self._publish(record, state, reason, error))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(functools.partial(self._finished, state, record.offset))
+
+    def _finished(self, state: PartitionState, offset: int, task: asyncio.Task[None]) -> None:
+        """A publishing task ended, however: its dead-letter slot is freed, and when it was
+        cancelled (the drain's deadline, a close) its piece is abandoned, so a revoke does
+        not wait for it and the message is redelivered. In a done callback, as the message
+        path's evaluations do: a task cancelled before its first step never runs its body,
+        and the callback runs exactly once either way."""
+        self._tasks.discard(task)
+        self._dl_slots.release()
+        if task.cancelled():
+            self._tracker.abandon(state, offset, 1)
+            self._committer.progressed()
 
     async def _publish(self, record: Record, state: PartitionState,
                        reason: str, error: str) -> None:
@@ -75,7 +88,5 @@ class DeadLetters:
         except Exception as exc:  # SinkError, or a bug: stop rather than hold the offset
             self._fail(exc)
             return
-        finally:
-            self._dl_slots.release()
         self._tracker.done(state, record.offset)
         self._committer.progressed()
