@@ -19,6 +19,9 @@ from prometheus_client import CollectorRegistry
 
 from evalstream.app.checks import check_request_size
 from evalstream.app.pipeline import Pipeline
+from evalstream.app.publish_result import with_details
+from evalstream.app.result_build import widest_error_input
+from evalstream.app.sessions import stand_in_details
 from evalstream.app.worker import Worker
 from evalstream.cli import EXIT_CONFIG, main
 from evalstream.config import Settings
@@ -146,6 +149,25 @@ def test_the_floor_holds_the_widest_judge_a_stand_in_can_carry() -> None:
     plan = pipeline.plan(TraceEvent(event_id="e", trace_id="t"), "traces")[0]
     size = result_record_bytes(pipeline.failed(event, plan, wide, judge), widest_key=True)
     assert floor - 10 <= size <= floor
+
+
+def test_the_floor_holds_a_session_route_s_stand_in() -> None:
+    # On a session route the stand-in also says which session it stands in for
+    # (details.session without the members' ids): the floor must hold that too. Checked:
+    # over the floor without the fix.
+    config = settings(sampling={"key": "session_id"}, routes=[{
+        "name": "chat", "session": {"gap_s": 1}, "evaluators": [{"evaluator": "unit_scripted"}]}])
+    pipeline = pipeline_of(config)
+    floor = floor_of(config)
+    event, error, judge = widest_error_input(())
+    plan = pipeline.plan(TraceEvent(event_id="e", trace_id="t", session_id="s"), "traces")[0]
+    session = {"closed": "max_events", "events": 10**12, "part": 10**12, "late": False,
+               "event_ids": ["e"] * 1000}
+    stand_in = with_details(pipeline.failed(event, plan, error, judge),
+                            {"session": stand_in_details(session)})
+    assert result_record_bytes(stand_in, widest_key=True) <= floor
+    plain = settings(routes=[{"name": "chat", "evaluators": [{"evaluator": "unit_scripted"}]}])
+    assert floor_of(plain) < floor
 
 
 def test_an_error_result_keeps_its_judge_short_and_its_counts_within_64_bits() -> None:

@@ -34,6 +34,7 @@ from evalstream.app.bindings import Planned, build_routes, load_plugins
 from evalstream.app.calibration import Calibration, canary_marker, gold_keys
 from evalstream.app.canary_plan import CanaryPlanner
 from evalstream.app.result_build import error_result, ok_result, widest_error_input
+from evalstream.app.sessions import widest_stand_in_details
 from evalstream.config import EvaluatorSpec, Route, Settings
 from evalstream.errors import JudgeError, SkipEvaluation
 from evalstream.evaluators.base import Evaluator
@@ -279,11 +280,20 @@ class Pipeline:
         """Per configured evaluation, the largest error result :meth:`failed` can build
         (at its longest rate, when a route's strata give it several: ``widest_planned``).
         This bounds what stands in for a result the broker refuses (with that result's
-        judge spend), so ``kafka.max_request_size`` can be checked against it at start-up."""
+        judge spend and, on a session route, which session it was), so
+        ``kafka.max_request_size`` can be checked against it at start-up."""
         event, error, judge = widest_error_input(self._result_attributes)
-        # A rate of 0 publishes nothing (canaries included), and a result's rate is > 0.
-        return [self.failed(event, planned, error, judge)
-                for runtime in self._routes for planned in runtime.widest_planned()]
+        # A session route's stand-ins also say which session they stand in for.
+        session = {"session": widest_stand_in_details()}
+        largest = []
+        for runtime in self._routes:
+            # A rate of 0 publishes nothing (canaries included), and a result's rate is > 0.
+            for planned in runtime.widest_planned():
+                result = self.failed(event, planned, error, judge)
+                if runtime.route.session is not None:
+                    result = result.model_copy(update={"details": session})
+                largest.append(result)
+        return largest
 
     def record(self, planned: Planned, result: EvalResult) -> None:
         """Count a result of ``planned`` that is now durable: its outcome (``passed``,

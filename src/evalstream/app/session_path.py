@@ -31,7 +31,14 @@ from evalstream.app.offsets import TP, OffsetTracker, PartitionState
 from evalstream.app.outputs import Outputs
 from evalstream.app.pipeline import Pipeline
 from evalstream.app.publish_result import ResultPublisher, with_details
-from evalstream.app.sessions import REASONS, Closed, Member, SessionStore, Window
+from evalstream.app.sessions import (
+    REASONS,
+    Closed,
+    Member,
+    SessionStore,
+    Window,
+    stand_in_details,
+)
 from evalstream.config import Settings
 from evalstream.errors import SinkError
 from evalstream.events import Record, TraceEvent
@@ -242,8 +249,7 @@ class SessionPath:
             return False
         except Exception as exc:  # refused for good, or a bug: publish the error instead
             # Without the members' ids: they may be what made the result too large.
-            small = {"session": {k: v for k, v in extra["session"].items()
-                                 if k != "event_ids"}}
+            small = {"session": stand_in_details(extra["session"])}
             return await self._results.stand_in(event, planned, exc, small,
                                                 judge=None if result is None else result.judge)
         finally:

@@ -34,10 +34,25 @@ from evalstream.config import SessionWindow
 from evalstream.evaluators.common import conversation_of
 from evalstream.events import Message, TraceEvent, stable_hash
 
-__all__ = ["REASONS", "Closed", "Member", "SessionStore", "Window", "merge_events"]
+__all__ = ["REASONS", "Closed", "Member", "SessionStore", "Window", "merge_events",
+           "stand_in_details", "widest_stand_in_details"]
 
 #: Why a window closed (``evalstream_sessions_closed_total``'s reason label).
 REASONS = ("gap", "max_events", "max_age", "capacity", "bytes", "abandoned")
+
+
+def stand_in_details(session: Mapping[str, Any]) -> dict[str, Any]:
+    """``details.session`` (:meth:`Closed.details`) as the error result standing in for a
+    session's refused result carries it: without the members' ids, which may be what made
+    that result too large."""
+    return {k: v for k, v in session.items() if k != "event_ids"}
+
+
+def widest_stand_in_details() -> dict[str, Any]:
+    """The largest :func:`stand_in_details` JSON can hold (the longest reason, counts at
+    the longest 64-bit number, ``false``), for the start-up bound on error results."""
+    return {"closed": max(REASONS, key=len), "events": -(2**63), "part": -(2**63),
+            "late": False}
 
 
 @dataclass(slots=True)
