@@ -44,7 +44,7 @@ def identity(name: str = "llm", /, **options: Any) -> Any:
     escalating to it."""
     judges = {"llm": OpenAIJudgeConfig(**{**LLM, **options}),
               "cheap-first": CascadeJudgeConfig(**CASCADE)}
-    return judge_identity(judges, name, builtin_version="2")
+    return judge_identity(judges, name, builtin_version="2", prompt_version="1")
 
 
 #: Options that can give the same event another score, at a value other than the default.

@@ -114,12 +114,42 @@ async def test_a_builtin_judge_version_is_a_new_id_for_what_it_judges(
 
 def test_judge_identity_names_a_builtin_version_past_the_first() -> None:
     configs = load_settings(None, judges={"llm": LLM, "cheap-first": CASCADE}).judges
-    assert judge_identity(configs, "builtin", builtin_version="1") == "builtin"
-    assert judge_identity(configs, "builtin", builtin_version="2") == "builtin@2"
-    cascade = judge_identity(configs, "cheap-first", builtin_version="2")
-    assert cascade["cascade"][0] == "builtin@2"
-    assert judge_identity(configs, "llm", builtin_version="2") == judge_identity(
-        configs, "llm", builtin_version="1")
+
+    def identity(name: str, builtin: str, prompt: str = "1") -> Any:
+        return judge_identity(configs, name, builtin_version=builtin, prompt_version=prompt)
+
+    assert identity("builtin", "1") == "builtin"
+    assert identity("builtin", "2") == "builtin@2"
+    assert identity("cheap-first", "2")["cascade"][0] == "builtin@2"
+    assert identity("llm", "2") == identity("llm", "1")
+
+
+def test_judge_identity_names_a_prompt_version_past_the_first() -> None:
+    # The OpenAI judge's prompt rendering (judges.prompt.PROMPT_VERSION) is the OpenAI
+    # judge's: a new one is a new identity of it, alone or in a cascade, never of the
+    # builtin judge; at "1" it adds nothing, so the pinned ids hold.
+    configs = load_settings(None, judges={"llm": LLM, "cheap-first": CASCADE}).judges
+
+    def identity(name: str, prompt: str) -> Any:
+        return judge_identity(configs, name, builtin_version="2", prompt_version=prompt)
+
+    assert identity("llm", "1") == {"model": "gpt-4o-mini", "api": "chat"}
+    assert identity("llm", "2") == {"model": "gpt-4o-mini", "api": "chat", "prompt": "2"}
+    assert identity("cheap-first", "2")["cascade"] == ["builtin@2", identity("llm", "2")]
+    assert identity("builtin", "2") == identity("builtin", "1") == "builtin@2"
+
+
+async def test_a_prompt_version_is_a_new_id_for_what_the_openai_judge_judges(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    judges = {"llm": LLM, "cheap-first": CASCADE}
+    specs = (spec(name="b"), spec(name="l", judge="llm"), spec(name="c", judge="cheap-first"))
+    before = await score(*specs, judges=judges)
+    monkeypatch.setattr("evalstream.judges.prompt.PROMPT_VERSION", "2")
+    after = await score(*specs, judges=judges)
+    changed = {b.evaluator: b.result_id != a.result_id
+               for b, a in zip(before, after, strict=True)}
+    assert changed == {"b": False, "l": True, "c": True}
+    assert {r.evaluator_version for r in after} == {"1"}
 
 
 async def test_the_builtin_judge_reports_its_version() -> None:

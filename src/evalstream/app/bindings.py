@@ -179,18 +179,21 @@ def build_routes(settings: Settings, judges: Mapping[str, Judge], metrics: Metri
     # loads its lexicons (~0.1 s), which a process importing the app layer without
     # building routes should not pay.
     from evalstream.judges.builtin import VERSION
+    from evalstream.judges.prompt import PROMPT_VERSION
 
-    return tuple(_build_route(ri, route, settings, judges, metrics, sampler, VERSION)
+    versions = {"builtin_version": VERSION, "prompt_version": PROMPT_VERSION}
+    return tuple(_build_route(ri, route, settings, judges, metrics, sampler, versions)
                  for ri, route in enumerate(settings.routes))
 
 
 def _build_route(ri: int, route: Route, settings: Settings, judges: Mapping[str, Judge],
-                 metrics: Metrics, sampler: Sampler, builtin_version: str) -> RouteRuntime:
+                 metrics: Metrics, sampler: Sampler, versions: Mapping[str, str]
+                 ) -> RouteRuntime:
     bound = []
     for ei, spec in enumerate(route.evaluators):
         where = f"routes[{ri}] ({route.name}) evaluators[{ei}]"
         evaluator = registry.create(spec, judges, where=where)
-        judge = judge_identity(settings.judges, spec.judge, builtin_version=builtin_version)
+        judge = judge_identity(settings.judges, spec.judge, **versions)
         bound.append(_bind(route.name, spec, evaluator, metrics, judge))
 
     def at(route_rate: float) -> tuple[float, tuple[Planned, ...]]:

@@ -220,7 +220,7 @@ JudgeConfig = Annotated[
 
 
 def judge_identity(judges: Mapping[str, JudgeConfig], name: str, *,
-                   builtin_version: str) -> Any:
+                   builtin_version: str, prompt_version: str) -> Any:
     """What makes judge ``name`` give the scores it gives: its kind, model and scoring
     options (``_openai_identity``), not its name, address, credentials, limits or prices.
     Part of every result's id, so re-scoring with another model or another way of reading
@@ -234,14 +234,23 @@ def judge_identity(judges: Mapping[str, JudgeConfig], name: str, *,
             in because config sits below judges): a new one is a new builtin identity,
             in cascades too. At ``"1"`` the identity is ``"builtin"`` as it was before
             the builtin judge had a version, so those result ids stay the same.
+        prompt_version: The version of the OpenAI judge's prompt rendering
+            (``judges.prompt.PROMPT_VERSION``, passed in likewise): a new one is a new
+            identity of every OpenAI judge, in cascades too. At ``"1"`` it adds nothing.
     """
     config = judges.get(name)
     if config is None or isinstance(config, BuiltinJudgeConfig):
         return "builtin" if builtin_version == "1" else f"builtin@{builtin_version}"
     if isinstance(config, OpenAIJudgeConfig):
-        return _openai_identity(config)
-    return {"cascade": [judge_identity(judges, config.first, builtin_version=builtin_version),
-                        judge_identity(judges, config.then, builtin_version=builtin_version)],
+        identity = _openai_identity(config)
+        if prompt_version != "1":
+            # What the judge is asked is its prompt as much as its model: a new rendering
+            # (preamble, layout, escaping) can change the answer to the same request.
+            identity["prompt"] = prompt_version
+        return identity
+    versions = {"builtin_version": builtin_version, "prompt_version": prompt_version}
+    return {"cascade": [judge_identity(judges, config.first, **versions),
+                        judge_identity(judges, config.then, **versions)],
             "min_confidence": config.min_confidence}
 
 

@@ -29,6 +29,7 @@ from evalstream.judges.invisible import FORMAT_ASTRAL, FORMAT_BMP, has_astral
 __all__ = [
     "DATA_CLOSE",
     "DATA_OPEN",
+    "PROMPT_VERSION",
     "encode_data",
     "generate_messages",
     "json_answer_instruction",
@@ -38,6 +39,15 @@ __all__ = [
 
 DATA_OPEN = "<data>"
 DATA_CLOSE = "</data>"
+
+#: The version of what this module makes of every request: the preamble, the layout of the
+#: messages, the data block and its escaping, the answer formats. They belong to the
+#: OpenAI judge, not to an evaluator, so bump this (not evaluators' versions) in any change
+#: after which the same request renders differently: it is part of the OpenAI judge's
+#: identity in result ids (``config.judges.judge_identity``), so a re-score after the
+#: upgrade gets new ids. At ``"1"`` it adds nothing (ids from before it existed stay).
+#: ``tests/unit/test_prompt_versions.py`` pins the rendering against it.
+PROMPT_VERSION = "1"
 
 _PREAMBLE = (
     "You are an evaluation judge. You answer one question about the data below with exactly "
