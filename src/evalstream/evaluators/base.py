@@ -109,7 +109,9 @@ class Evaluator(abc.ABC, Generic[P]):
     #: judge instructions or question, the label set, a default param's meaning. A new
     #: version gives new result ids, so a re-score (a backfill) is not dropped downstream
     #: as a redelivery; a refactor that keeps every score leaves it. Letters, digits,
-    #: ``.``, ``_``, ``-`` (checked by ``register``).
+    #: ``.``, ``_``, ``-`` (checked by ``register``). For the shipped evaluators,
+    #: ``tests/unit/test_prompt_versions.py`` pins the judge requests each makes against
+    #: it, so a prompt change without a bump fails there.
     version: ClassVar[str] = INITIAL_VERSION
 
     def __init__(self, spec: EvaluatorSpec, params: P, judge: Judge) -> None:

@@ -40,6 +40,8 @@ __all__ = ["TASKS", "VERSION", "BuiltinJudge"]
 #: cascade), so a re-score after an upgrade gets new ids, and it shows in results as
 #: ``judge.model`` (``builtin-v2``). At ``"1"`` it adds nothing to result ids (ids from
 #: before it existed stay the same). Letters, digits, ``.``, ``_``, ``-``.
+#: ``tests/unit/test_builtin_version.py`` pins the judge's answers to a fixed set of
+#: requests against it, so a change of scores without a bump fails there.
 VERSION = "2"
 
 Scorer = Callable[[JudgeRequest], tuple[dict[str, float], str]]
