@@ -314,3 +314,21 @@ def test_openinference_messages_are_read_past_gaps_in_their_numbering() -> None:
     assert [(m.role, m.content) for m in event.messages] == [
         ("user", "First?"), ("user", "Second?")]
     assert (event.input, event.output) == ("Second?", "Yes.")
+
+
+def test_an_openinference_index_too_long_for_int_lists_no_message() -> None:
+    # int() refuses a decimal string past 4,300 digits (ValueError): one such key dropped
+    # the whole span as bad_span, its question and answer with it. An index that long
+    # names no message, and a non-ASCII digit none OpenInference writes.
+    decoded = decode(span("1000000000000092", {
+        "openinference.span.kind": "LLM",
+        "llm.input_messages.0.message.role": "user",
+        "llm.input_messages.0.message.content": "Frost tonight?",
+        "llm.input_messages." + "9" * 5_000 + ".message.content": "junk",
+        "llm.input_messages.\u0663.message.content": "junk",
+        "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.content": "No.",
+    }))
+    [event] = decoded.events
+    assert (event.input, event.output) == ("Frost tonight?", "No.")
+    assert [(m.role, m.content) for m in event.messages] == [("user", "Frost tonight?")]

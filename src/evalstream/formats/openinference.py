@@ -31,6 +31,8 @@ _INPUTS = "llm.input_messages"
 _OUTPUTS = "llm.output_messages"
 _LISTS = (_INPUTS + ".", _OUTPUTS + ".")
 _SKIP_IN, _SKIP_OUT = len(_LISTS[0]), len(_LISTS[1])
+#: More digits than any list holds; past 4,300 ``int()`` raises, which dropped the span.
+_MAX_INDEX_DIGITS = 9
 
 
 def _oi_indices(keys: Iterable[str]) -> tuple[list[int], list[int]]:
@@ -50,7 +52,7 @@ def _oi_indices(keys: Iterable[str]) -> tuple[list[int], list[int]]:
             found, skip = (inputs, _SKIP_IN) if key[4] == "i" else (outputs, _SKIP_OUT)
             dot = key.find(".", skip)  # a key without a field after the index holds nothing
             head = key[skip:dot]
-            if dot > skip and head.isdecimal():
+            if skip < dot <= skip + _MAX_INDEX_DIGITS and head.isascii() and head.isdigit():
                 found.add(int(head))
     return sorted(inputs), sorted(outputs)
 
