@@ -31,7 +31,8 @@ _INPUTS = "llm.input_messages"
 _OUTPUTS = "llm.output_messages"
 _LISTS = (_INPUTS + ".", _OUTPUTS + ".")
 _SKIP_IN, _SKIP_OUT = len(_LISTS[0]), len(_LISTS[1])
-#: More digits than any list holds; past 4,300 ``int()`` raises, which dropped the span.
+#: An index with more digits names no message (no list is that long): past 4,300 digits
+#: ``int()`` raises ValueError, and one such key dropped the whole span as ``bad_span``.
 _MAX_INDEX_DIGITS = 9
 
 
