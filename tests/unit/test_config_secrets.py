@@ -133,3 +133,33 @@ def test_the_same_secrets_from_the_environment_are_accepted(
     key = settings.judges["g"].api_key  # type: ignore[union-attr]
     assert key is not None
     assert key.get_secret_value() == "key-from-env"
+
+
+@pytest.mark.parametrize("header", [
+    "x-portkey-provider", "x-portkey-config", "X-Bypass-Cache", "X-Author",
+    "Helicone-Cache-Enabled"])
+def test_a_header_that_only_contains_a_secret_word_is_accepted(
+        header: str, tmp_path: Path) -> None:
+    """A secret word inside another word is no key: Portkey's gateway headers (all named
+    ``x-portkey-...``: "portkey" holds "key") were refused, "bypass" for its "pass",
+    "author" for its "auth". Checked: each refused without the fix."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"judges": {"g": {
+        "type": "openai", "base_url": "http://x/v1", "model": "m",
+        "headers": {header: "v"}, "query": {"max_tokens": "5"}}}}), encoding="utf-8")
+    judge = load_settings(path).judges["g"]
+    assert judge.headers == {header: "v"}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("name", [
+    "x-portkey-api-key", "x-portkey-virtual-key", "Helicone-Auth", "X-Auth-Token",
+    "accessToken", "apiKey", "APIKEY", "authtoken", "client_secret", "Proxy-Authorization",
+    "X-Amz-Security-Token", "db_password", "Private-Token", "X-Api-Key-Id"])
+def test_a_header_or_query_named_as_a_key_is_refused(name: str, tmp_path: Path) -> None:
+    for field in ("headers", "query"):
+        path = tmp_path / "c.yaml"
+        path.write_text(yaml.safe_dump({"judges": {"g": {
+            "type": "openai", "base_url": "http://x/v1", "model": "m",
+            field: {name: "hunter2"}}}}), encoding="utf-8")
+        with pytest.raises(ConfigError, match=f"judges.g.{field} "):
+            load_settings(path)

@@ -24,7 +24,6 @@ from evalstream.config.judges import (
     OpenAIJudgeConfig,
     header_safe,
 )
-from evalstream.config.masking import SECRET_NAME
 from evalstream.config.secret_files import read_secret_file
 from evalstream.config.settings import Settings
 from evalstream.errors import ConfigError
@@ -238,6 +237,19 @@ def _refuse_inline_secrets(data: dict[str, Any], path: Path | str) -> None:
                           f"in ConfigMaps, repositories and logs):\n  " + "\n  ".join(found))
 
 
+#: A header or query parameter name that says it holds a key: a secret word (key, token,
+#: secret, password, auth, credentials) as a word of its own (at the start, after a
+#: separator or a camelCase boundary, and not followed by a lower-case letter), or at the
+#: end of the name (``authtoken``). Not inside another word, where masking's broader
+#: ``_SECRET_NAME`` matches: every Portkey gateway header (``x-portkey-provider``: "portkey"
+#: holds "key"), ``X-Bypass-Cache``, ``X-Author`` or ``max_tokens`` was refused.
+_KEY_NAME = re.compile(
+    r"(?:^|(?<=[^A-Za-z0-9])|(?<=[a-z])(?=[A-Z]))"
+    r"(?i:api_?key|key|token|secret|pass(?:word|wd)?|auth(?:orization)?|cred(?:ential)?s?)"
+    r"(?![a-z])"
+    r"|(?i:key|token|secret|password|passwd)$")
+
+
 def _judge_secrets(name: str, judge: dict[str, Any]) -> list[str]:
     """What judge ``name``'s entry in the file holds that is a secret, each with where it
     belongs. A gateway key in ``headers`` or ``query`` (``X-Goog-Api-Key``, ``?key=``) and a
@@ -255,7 +267,7 @@ def _judge_secrets(name: str, judge: dict[str, Any]) -> list[str]:
     for field in ("headers", "query"):
         values = judge.get(field)
         if isinstance(values, dict):
-            secret = sorted(str(k) for k in values if SECRET_NAME.search(str(k)))
+            secret = sorted(str(k) for k in values if _KEY_NAME.search(str(k)))
             if secret:
                 one = "api_key_env with api_key_header (one header), or " * (field == "headers")
                 found.append(f"judges.{name}.{field} {secret}: a key; set {one}"

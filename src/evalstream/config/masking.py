@@ -8,11 +8,11 @@ from typing import Any
 from evalstream.config.judges import MASK, redact_url
 from evalstream.config.settings import Settings
 
-__all__ = ["SECRET_NAME", "masked_dump"]
+__all__ = ["masked_dump"]
 
-#: Names whose values are secrets: ``kafka.extra`` options masked (aiokafka's
-#: sasl_plain_password, tokens...), judge headers and query parameters refused in the file.
-SECRET_NAME = re.compile(r"pass|secret|token|key|cred|auth", re.IGNORECASE)
+#: ``kafka.extra`` names whose values are masked (aiokafka's sasl_plain_password, tokens...):
+#: broad, as masking too much costs nothing (``config.loading`` refuses keys more narrowly).
+_SECRET_NAME = re.compile(r"pass|secret|token|key|cred|auth", re.IGNORECASE)
 
 
 def _plain(value: Any) -> Any:
@@ -35,7 +35,7 @@ def masked_dump(settings: Settings) -> dict[str, Any]:
     """
     data = settings.model_dump(mode="json", exclude={"kafka": {"extra"}})
     data["kafka"]["extra"] = {
-        name: MASK if SECRET_NAME.search(name) else _plain(value)
+        name: MASK if _SECRET_NAME.search(name) else _plain(value)
         for name, value in settings.kafka.extra.items()}
     for judge in data["judges"].values():
         if judge.get("type") == "openai":
