@@ -163,3 +163,20 @@ def test_a_header_or_query_named_as_a_key_is_refused(name: str, tmp_path: Path) 
             field: {name: "hunter2"}}}}), encoding="utf-8")
         with pytest.raises(ConfigError, match=f"judges.g.{field} "):
             load_settings(path)
+
+
+@pytest.mark.parametrize("name", ["sig", "code", "SIG"])
+def test_azure_key_names_are_refused_as_query_parameters_only(
+        name: str, tmp_path: Path) -> None:
+    """A SAS token's signature and an Azure Functions key travel as ``?sig=`` and
+    ``?code=``; as header names they say nothing."""
+    def judge(field: str) -> dict[str, object]:
+        return {"judges": {"g": {"type": "openai", "base_url": "http://x/v1", "model": "m",
+                                 field: {name: "hunter2"}}}}
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(judge("query")), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"judges.g.query .*EVALSTREAM_JUDGES__G__QUERY"):
+        load_settings(path)
+    path.write_text(yaml.safe_dump(judge("headers")), encoding="utf-8")
+    assert load_settings(path).judges["g"].headers == {name: "hunter2"}  # type: ignore[union-attr]

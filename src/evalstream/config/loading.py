@@ -248,6 +248,9 @@ _KEY_NAME = re.compile(
     r"(?i:api_?key|key|token|secret|pass(?:word|wd)?|auth(?:orization)?|cred(?:ential)?s?)"
     r"(?![a-z])"
     r"|(?i:key|token|secret|password|passwd)$")
+#: A query parameter also holds a key under Azure's names: a SAS token's signature
+#: (``sig``) and an Azure Functions key (``code``).
+_QUERY_KEY_NAME = re.compile(f"{_KEY_NAME.pattern}|^(?i:sig|code)$")
 
 
 def _judge_secrets(name: str, judge: dict[str, Any]) -> list[str]:
@@ -264,13 +267,15 @@ def _judge_secrets(name: str, judge: dict[str, Any]) -> list[str]:
     if isinstance(base_url, str) and _has_password(base_url):
         found.append(f"judges.{name}.base_url: holds a password; set {env}BASE_URL instead, "
                      f"or send the key with api_key_env and api_key_header")
-    for field in ("headers", "query"):
+    for field, names in (("headers", _KEY_NAME), ("query", _QUERY_KEY_NAME)):
         values = judge.get(field)
         if isinstance(values, dict):
-            secret = sorted(str(k) for k in values if _KEY_NAME.search(str(k)))
+            secret = sorted(str(k) for k in values if names.search(str(k)))
             if secret:
-                one = "api_key_env with api_key_header (one header), or " * (field == "headers")
-                found.append(f"judges.{name}.{field} {secret}: a key; set {one}"
+                # One key fits api_key_header; a query parameter has no such setting.
+                header = ("api_key_env with api_key_header (one header), or "
+                          if field == "headers" else "")
+                found.append(f"judges.{name}.{field} {secret}: a key; set {header}"
                              f"{env}{field.upper()} as JSON (merged over the file's)")
     return found
 
