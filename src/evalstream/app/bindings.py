@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pydantic_core
@@ -181,19 +182,19 @@ def build_routes(settings: Settings, judges: Mapping[str, Judge], metrics: Metri
     from evalstream.judges.builtin import VERSION
     from evalstream.judges.prompt import PROMPT_VERSION
 
-    versions = {"builtin_version": VERSION, "prompt_version": PROMPT_VERSION}
-    return tuple(_build_route(ri, route, settings, judges, metrics, sampler, versions)
+    identity_of = partial(judge_identity, settings.judges, builtin_version=VERSION,
+                          prompt_version=PROMPT_VERSION)
+    return tuple(_build_route(ri, route, judges, metrics, sampler, identity_of)
                  for ri, route in enumerate(settings.routes))
 
 
-def _build_route(ri: int, route: Route, settings: Settings, judges: Mapping[str, Judge],
-                 metrics: Metrics, sampler: Sampler, versions: Mapping[str, str]
-                 ) -> RouteRuntime:
+def _build_route(ri: int, route: Route, judges: Mapping[str, Judge], metrics: Metrics,
+                 sampler: Sampler, identity_of: Callable[[str], Any]) -> RouteRuntime:
     bound = []
     for ei, spec in enumerate(route.evaluators):
         where = f"routes[{ri}] ({route.name}) evaluators[{ei}]"
         evaluator = registry.create(spec, judges, where=where)
-        judge = judge_identity(settings.judges, spec.judge, **versions)
+        judge = identity_of(spec.judge)
         bound.append(_bind(route.name, spec, evaluator, metrics, judge))
 
     def at(route_rate: float) -> tuple[float, tuple[Planned, ...]]:
