@@ -332,3 +332,17 @@ def test_an_openinference_index_too_long_for_int_lists_no_message() -> None:
     [event] = decoded.events
     assert (event.input, event.output) == ("Frost tonight?", "No.")
     assert [(m.role, m.content) for m in event.messages] == [("user", "Frost tonight?")]
+
+
+def test_an_openinference_index_with_neither_role_nor_text_lists_no_message() -> None:
+    # Only a tool call's fields under an index: counted as an empty user message, it kept
+    # input.value from standing in, and the event had no question.
+    decoded = decode(span("1000000000000093", {
+        "openinference.span.kind": "LLM",
+        "input.value": "Frost tonight?",
+        "llm.input_messages.0.message.tool_calls.0.tool_call.function.name": "forecast",
+        "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.content": "No.",
+    }))
+    [event] = decoded.events
+    assert (event.input, event.output) == ("Frost tonight?", "No.")

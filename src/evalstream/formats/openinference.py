@@ -82,6 +82,10 @@ def _oi_messages(get: AttrGetter, prefix: str, indices: list[int]) -> list[tuple
                     texts.append(str(part_text))
                 k += 1
             text = "\n".join(texts)
+        if role is None and not text:
+            # An index holding neither (only a tool call's or a name's fields) lists no
+            # message: counted as one, it kept the raw input.value from standing in.
+            continue
         found.append((str(role or ""), maybe_parts(stringify(text))))
     return found
 
