@@ -98,8 +98,8 @@ def without_sampling(settings: Settings) -> Settings:
     each evaluator's ``sample_rate``: every routed item is scored by every evaluator of its
     routes, and its results carry rate 1 (so the summary weighs them equally). Routing,
     strata (which stratum an item is in) and canaries are untouched. A rate of 0 stays 0:
-    it turns a route, stratum or evaluator off rather than sampling it, as it does for
-    canaries.
+    it turns a route or stratum off rather than sampling it, as it does for canaries (an
+    evaluator's rate is above 0 by validation).
     """
     routes = []
     for route in settings.routes:
@@ -109,7 +109,7 @@ def without_sampling(settings: Settings) -> Settings:
                 "rates": {value: _unsampled(rate) for value, rate in strata.rates.items()}})
         routes.append(route.model_copy(update={
             "sample_rate": _unsampled(route.sample_rate), "strata": strata,
-            "evaluators": [s.model_copy(update={"sample_rate": _unsampled(s.sample_rate)})
+            "evaluators": [s.model_copy(update={"sample_rate": 1.0})
                            for s in route.evaluators]}))
     sampling = settings.sampling.model_copy(
         update={"rate": _unsampled(settings.sampling.rate)})
