@@ -19,22 +19,29 @@ def _present(event: TraceEvent, name: str) -> bool:
 
 
 def matches(rule: MatchRule, event: TraceEvent, topic: str) -> bool:
-    """Whether ``event`` (read from ``topic``) satisfies every condition of ``rule``."""
-    if rule.app is not None and event.app not in rule.app:
-        return False
-    if rule.topic is not None and topic not in rule.topic:
-        return False
-    for key, accepted in rule.attributes.items():
-        value = event.attributes.get(key)
-        if value is None:
+    """Whether ``event`` (read from ``topic``) satisfies every condition of ``rule``.
+
+    Runs for every route an event is tried on: each field is a set lookup, plus one
+    ``str.startswith`` over a tuple only when the field lists prefixes (``gpt-4o-mini*``).
+    The accepted values are parsed once per rule (``MatchRule.accepted_*``).
+    """
+    accepted = rule.accepted_app
+    if accepted is not None:
+        app = event.app
+        if app is None or not (app in accepted.exact or (
+                accepted.prefixes and app.startswith(accepted.prefixes))):
             return False
-        if accepted == "*":
-            continue
-        if isinstance(accepted, str):
-            if value != accepted:
+    accepted = rule.accepted_topic
+    if accepted is not None and not (topic in accepted.exact or (
+            accepted.prefixes and topic.startswith(accepted.prefixes))):
+        return False
+    if rule.attributes:
+        attributes = event.attributes
+        for key, accepted in rule.accepted_attributes:
+            value = attributes.get(key)
+            if value is None or not (value in accepted.exact or (
+                    accepted.prefixes and value.startswith(accepted.prefixes))):
                 return False
-        elif value not in accepted:
-            return False
     return all(_present(event, name) for name in rule.requires)
 
 

@@ -57,6 +57,17 @@ def test_evaldata_items_no_route_matches_are_explained(
     assert "evaldata items carry their data set's evaluator as app" in err
 
 
+def test_prefixes_are_said_in_words(tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # "app in ['checkout-*']" would read as the literal value.
+    config = ("routes:\n  - name: shop\n    match: {app: [cart, checkout-*], "
+              "attributes: {model: gpt-4o-mini*, env: '*'}}\n"
+              "    evaluators: [{evaluator: refusal}]\n")
+    _, _, err = run_eval(tmp_path, config, [{"event_id": "e1", "output": "Sure."}], capsys)
+    assert ("shop: (app in ['cart'] or starting with 'checkout-') and attributes.model "
+            "starting with 'gpt-4o-mini' and attributes.env present.") in err
+
+
 def test_trace_events_without_app_are_explained_without_the_evaldata_note(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_eval(tmp_path, SUPPORT, [

@@ -389,6 +389,17 @@ def test_strata_values_the_routes_match_refuses_are_said() -> None:
                               match={"attributes": {"tenant": "*"}})) == []
 
 
+def test_strata_values_a_prefix_match_refuses_are_said() -> None:
+    # A prefix accepts the values starting with it: only the others are idle.
+    [said] = warnings_for(route({"by": "app", "rates": {"checkout-eu": 1.0, "cart": 0.5}},
+                                match={"app": ["checkout-*"]}))
+    assert said == ("routes[0] (support).strata.rates: ['cart'] is no value the route's "
+                    "match.app accepts (['checkout-*']): never applied")
+    assert warnings_for(route({"by": "model", "rates": {"gpt-4o-mini-2024-07-18": 1.0,
+                                                        "gpt-4o": 0.5}},
+                              match={"attributes": {"model": ["gpt-4o", "gpt-4o-mini*"]}})) == []
+
+
 def test_a_route_at_0_with_a_live_stratum_is_not_off() -> None:
     first = {**route({"by": "tenant", "rates": {"a": 0.5}}, sample_rate=0.0),
              "match": {"app": ["x"]}}

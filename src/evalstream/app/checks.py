@@ -10,6 +10,7 @@ from evalstream.app.pipeline import Pipeline
 from evalstream.app.reach import route_inputs
 from evalstream.config import (
     STRATA_FIELDS,
+    Accepted,
     InputTopic,
     Settings,
     masked_dump,
@@ -46,10 +47,12 @@ def check_route_topics(settings: Settings) -> None:
     """
     topics = [t.topic for t in settings.inputs]
     for ri, route in enumerate(settings.routes):
-        unknown = sorted(set(route.match.topic or ()) - set(topics))
+        # A prefix (``llm.*``) must accept at least one input, as an exact name must be one.
+        unknown = sorted(value for value in route.match.topic or ()
+                         if not any(Accepted.parse(value).accepts(t) for t in topics))
         if unknown:
             raise ConfigError(f"routes[{ri}] ({route.name}).match.topic: {unknown} is not an "
-                              f"input topic (inputs: {topics})")
+                              f"input topic, nor a prefix of one (inputs: {topics})")
 
 
 def check_watch_labels(settings: Settings, pipeline: Pipeline) -> None:

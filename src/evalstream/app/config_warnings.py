@@ -70,18 +70,19 @@ def config_warnings(settings: Settings, pipeline: Pipeline) -> list[str]:
                              f"the route reads (its inputs: {sorted(read)}): never applied")
         elif strata is not None:
             # Likewise a value the route's own match refuses (match.app, or the attribute's
-            # accepted values): its events never reach the route, so its rate never applies.
+            # accepted values or prefixes): its events never reach the route, so its rate
+            # never applies.
             match = route.match
-            where, accepted = (("match.app", match.app) if strata.by == "app" else
-                               (f"match.attributes.{strata.by}",
-                                match.attributes.get(strata.by)))
-            if isinstance(accepted, str):
-                accepted = None if accepted == "*" else [accepted]
-            idle = sorted(set(strata.rates) - set(accepted)) if accepted is not None else []
+            where, given, accepted = (
+                ("match.app", match.app, match.accepted_app) if strata.by == "app" else
+                (f"match.attributes.{strata.by}", match.attributes.get(strata.by),
+                 dict(match.accepted_attributes).get(strata.by)))
+            idle = (sorted(value for value in strata.rates if not accepted.accepts(value))
+                    if accepted is not None else [])
             if idle:
+                shown = sorted([given] if isinstance(given, str) else given or ())
                 found.append(f"routes[{ri}] ({route.name}).strata.rates: {idle} is no value "
-                             f"the route's {where} accepts ({sorted(accepted or ())}): never "
-                             f"applied")
+                             f"the route's {where} accepts ({shown}): never applied")
     used = judges_reached(settings.judges,
                           {spec.judge for route in routes for spec in route.evaluators})
     unused = sorted(set(settings.judges) - used)

@@ -24,12 +24,26 @@ _HINT_APPS = 5
 _HINT_CHARS = 60
 
 
+def _values_text(name: str, values: list[str]) -> str:
+    """What one field of a match accepts: ``app in ['a']``, ``app starting with 'b-'``..."""
+    exact = [value for value in values if not value.endswith("*")]
+    prefixes = [value[:-1] for value in values if value.endswith("*")]
+    if "" in prefixes:
+        return f"{name} present"
+    said = [f"in {exact}"] if exact else []
+    if prefixes:  # said in words: `in ['checkout-*']` reads as the literal value
+        said.append(f"starting with {' or '.join(repr(prefix) for prefix in prefixes)}")
+    text = f"{name} {' or '.join(said)}"
+    return f"({text})" if len(said) > 1 else text
+
+
 def _match_text(rule: MatchRule) -> str:
     """What a route's ``match`` accepts, in one line."""
-    parts = [f"{name} in {values}" for name, values in (("app", rule.app), ("topic", rule.topic))
+    parts = [_values_text(name, values)
+             for name, values in (("app", rule.app), ("topic", rule.topic))
              if values is not None]
-    parts += [f"attributes.{key} present" if accepted == "*" else
-              f"attributes.{key} in {[accepted] if isinstance(accepted, str) else accepted}"
+    parts += [_values_text(f"attributes.{key}", [accepted] if isinstance(accepted, str)
+                           else accepted)
               for key, accepted in rule.attributes.items()]
     if rule.requires:
         parts.append(f"non-empty {', '.join(rule.requires)}")

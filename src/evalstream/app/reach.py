@@ -22,9 +22,10 @@ __all__ = ["attributes_read", "route_inputs"]
 
 
 def route_inputs(route: Route, inputs: list[InputTopic]) -> list[InputTopic]:
-    """The inputs ``route`` can get events from: those its ``match.topic`` names, or all."""
-    topics = route.match.topic
-    return list(inputs) if topics is None else [t for t in inputs if t.topic in topics]
+    """The inputs ``route`` can get events from: those its ``match.topic`` accepts (by name
+    or prefix), or all."""
+    accepted = route.match.accepted_topic
+    return list(inputs) if accepted is None else [t for t in inputs if accepted.accepts(t.topic)]
 
 
 def attributes_read(settings: Settings,

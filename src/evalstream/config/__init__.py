@@ -22,6 +22,7 @@ from evalstream.config.judges import (
 from evalstream.config.kafka import KafkaSettings
 from evalstream.config.loading import format_validation_error, load_settings
 from evalstream.config.masking import masked_dump
+from evalstream.config.match_values import Accepted
 from evalstream.config.routes import (
     STRATA_FIELDS,
     EvaluatorSpec,
@@ -44,6 +45,7 @@ from evalstream.config.topics import InputTopic, TopicSettings
 
 __all__ = [
     "STRATA_FIELDS",
+    "Accepted",
     "BuiltinJudgeConfig",
     "CanarySettings",
     "CascadeJudgeConfig",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from evalstream.config.match_values import Accepted, value_error
 from evalstream.config.section import Section
 
 __all__ = ["STRATA_FIELDS", "VERSION_PATTERN", "EvaluatorSpec", "MatchRule", "Route",
@@ -65,11 +67,18 @@ class EvaluatorSpec(Section):
 
 
 class MatchRule(Section):
-    """An event matches when every given condition holds (an empty rule matches all)."""
+    """An event matches when every given condition holds (an empty rule matches all).
 
+    Values are matched exactly, or by prefix when they end in ``*`` (``gpt-4o-mini*``,
+    ``checkout-*``); a bare ``*`` accepts any value, so the field must be present. Other
+    glob syntax is refused: see :mod:`evalstream.config.match_values`.
+    """
+
+    #: TraceEvent.app values (or prefixes ending in ``*``); ``"*"``: any app is set.
     app: list[str] | None = None
+    #: Input topics (or prefixes) the event was read from.
     topic: list[str] | None = None
-    #: attribute -> accepted value(s); ``"*"`` means "present".
+    #: attribute -> accepted value(s) or prefixes; ``"*"`` means "present".
     attributes: dict[str, str | list[str]] = Field(default_factory=dict)
     #: Require these TraceEvent fields to be non-empty, e.g. [output, system_prompt].
     requires: list[Literal["input", "output", "system_prompt", "context", "session_id",
@@ -89,27 +98,54 @@ class MatchRule(Section):
                              f"(or \"*\" for an attribute that must be present)")
         return self
 
+    @model_validator(mode="after")
+    def _plain_values(self) -> MatchRule:
+        # A glob-looking value (``gpt-*-mini``, ``gpt-4?``) matched literally would never
+        # match: refused, naming the field, rather than loaded as another silent filter.
+        given = [("app", self.app or ()), ("topic", self.topic or ())]
+        given += [(f"attributes.{key}", [values] if isinstance(values, str) else values)
+                  for key, values in self.attributes.items()]
+        for field, values in given:
+            for value in values:
+                why = value_error(value)
+                if why is not None:
+                    raise ValueError(f"{field}: {why}")
+        return self
+
+    # Parsed once per rule (the settings are frozen) and read per event by the router.
+    @cached_property
+    def accepted_app(self) -> Accepted | None:
+        """What ``app`` accepts; None: any event, with or without an app."""
+        return None if self.app is None else Accepted.parse(self.app)
+
+    @cached_property
+    def accepted_topic(self) -> Accepted | None:
+        """What ``topic`` accepts; None: any topic."""
+        return None if self.topic is None else Accepted.parse(self.topic)
+
+    @cached_property
+    def accepted_attributes(self) -> tuple[tuple[str, Accepted], ...]:
+        """Each attribute condition: its name and the values it accepts."""
+        return tuple((key, Accepted.parse(values)) for key, values in self.attributes.items())
+
     def covers(self, other: MatchRule) -> bool:
         """Whether every event (from any topic) matching ``other`` also matches this rule.
 
         Decided from the rules alone, conservatively: False unless certain. With ``routing:
         first`` a route whose rule an earlier route's covers can never receive an event.
+        A prefix covers the values and longer prefixes starting with it (``a*`` covers
+        ``abc`` and ``ab*``); exact values never cover a prefix.
         """
-        for mine, theirs in ((self.app, other.app), (self.topic, other.topic)):
-            if mine is not None and (theirs is None or not set(theirs) <= set(mine)):
+        for mine, theirs in ((self.accepted_app, other.accepted_app),
+                             (self.accepted_topic, other.accepted_topic)):
+            # ``theirs`` None also takes events this field's ``*`` refuses (no app).
+            if mine is not None and (theirs is None or not mine.covers(theirs)):
                 return False
-        for key, accepted in self.attributes.items():
-            theirs_value = other.attributes.get(key)
-            if theirs_value is None:
-                return False
-            if accepted == "*":
-                continue  # ``other`` requires the attribute too, with some value
-            if theirs_value == "*":
-                return False
-            mine_set = {accepted} if isinstance(accepted, str) else set(accepted)
-            their_set = {theirs_value} if isinstance(theirs_value, str) else set(theirs_value)
-            if not their_set <= mine_set:
-                return False
+        their_attributes = dict(other.accepted_attributes)
+        for key, accepted in self.accepted_attributes:
+            theirs_value = their_attributes.get(key)
+            if theirs_value is None or not accepted.covers(theirs_value):
+                return False  # unset there: ``other`` takes events without the attribute
         return set(self.requires) <= set(other.requires)
 
 
