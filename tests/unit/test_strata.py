@@ -64,6 +64,10 @@ def count(registry: CollectorRegistry, name: str, **labels: str) -> float:
     ({"by": "tenant", "rates": {"acme": 1.5}}, "routes.0.strata.rates.acme"),
     ({"by": "tenant", "rates": {"acme": -0.1}}, "routes.0.strata.rates.acme"),
     ({"by": "tenant", "rates": {"acme": 0.1}, "rate": 0.3}, "routes.0.strata.rate"),
+    # A prefix as in match values would be compared exactly, and never apply.
+    ({"by": "app", "rates": {"checkout-*": 0.1, "cart": 0.5}},
+     "routes.0.strata.rates: Value error, ['checkout-*']: stratum values are matched exactly"),
+    ({"by": "model", "rates": {"*": 0.1}}, "routes.0.strata.rates"),
 ])
 def test_bad_strata_are_refused_naming_the_field(strata: dict[str, Any], needle: str) -> None:
     with pytest.raises(ConfigError) as info:

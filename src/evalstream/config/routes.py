@@ -222,6 +222,15 @@ class Strata(Section):
                                      f"stratum values are compared with the event's text, "
                                      f"so quote each as written, e.g. \"42\": 0.5 or "
                                      f"\"true\": 1.0")
+            # Beside match values, where a trailing ``*`` is a prefix, ``checkout-*: 0.1``
+            # reads as one; compared exactly it would never apply (no warning either: a
+            # prefix match accepts the text itself).
+            starred = sorted(key for key in value if isinstance(key, str) and "*" in key)
+            if starred:
+                raise ValueError(f"{starred}: stratum values are matched exactly, not as "
+                                 f"patterns (a trailing \"*\" is a prefix only in match "
+                                 f"values): list each value; those not listed take the "
+                                 f"route's sample_rate")
         return value
 
 
