@@ -74,6 +74,16 @@ def test_the_router_uses_prefixes_in_first_and_all_modes() -> None:
     assert Router(routes, "all").route(event(attributes={"model": "o1"}), "t") == [2]
 
 
+def test_a_copied_rule_matches_on_its_own_values() -> None:
+    # The parsed values are cached on the rule: a copy with other values must not reuse them.
+    rule = MatchRule(app=["cart"], attributes={"model": "gpt-4o*"})
+    assert matches(rule, event(app="cart", attributes={"model": "gpt-4o"}), "t")
+    copy = rule.model_copy(update={"app": ["checkout-*"], "attributes": {"model": "o1*"}})
+    assert matches(copy, event(app="checkout-eu", attributes={"model": "o1-mini"}), "t")
+    assert not matches(copy, event(app="cart", attributes={"model": "gpt-4o"}), "t")
+    assert matches(rule, event(app="cart", attributes={"model": "gpt-4o"}), "t")
+
+
 # --- what one field accepts ----------------------------------------------------------------
 
 def test_accepted_keeps_the_smallest_equivalent_form() -> None:

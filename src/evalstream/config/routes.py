@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -113,6 +114,17 @@ class MatchRule(Section):
         return self
 
     # Parsed once per rule (the settings are frozen) and read per event by the router.
+    _PARSED: ClassVar[tuple[str, ...]] = ("accepted_app", "accepted_topic",
+                                          "accepted_attributes")
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None,
+                   deep: bool = False) -> MatchRule:
+        """A copy; the parsed values are dropped, as ``update`` may change what they hold."""
+        copy = super().model_copy(update=update, deep=deep)
+        for name in self._PARSED:  # cached_property keeps them in the instance's __dict__
+            copy.__dict__.pop(name, None)
+        return copy
+
     @cached_property
     def accepted_app(self) -> Accepted | None:
         """What ``app`` accepts; None: any event, with or without an app."""
