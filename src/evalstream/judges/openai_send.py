@@ -46,7 +46,6 @@ from evalstream.judges.http_pool import BodyTooLargeError, ShardedClients, post_
 from evalstream.judges.openai_wire import PATHS, Usage, classify_response, read_tokens
 from evalstream.judges.resilience import (
     CircuitBreaker,
-    CircuitState,
     PauseGate,
     TokenBucket,
     backoff_delay,
@@ -159,11 +158,6 @@ class RequestSender:
         # The last 429's message: the cause named by a request that waited at the pause
         # for its whole deadline without sending anything ("after 0 request(s)").
         self._last_rate_limit = ""
-
-    @property
-    def circuit_state(self) -> CircuitState:
-        """The breaker's state (closed / half-open / open)."""
-        return self.breaker.state
 
     def cost(self, tokens_in: int, tokens_out: int) -> float:
         """What the tokens cost in USD at the configured prices."""
