@@ -52,8 +52,6 @@ def test_the_rate_is_an_exclusive_bound() -> None:
 
 # --- intake: the flat_json sampling shortcut ----------------------------------------------
 
-ROUTE = [{"name": "main", "evaluators": [{"evaluator": "unit_scripted"}]}]
-
 
 def intake_for(**sections: Any) -> tuple[Intake, Metrics]:
     s = settings(**sections)
