@@ -87,17 +87,35 @@ class Record(Protocol):
     """
 
     @property
-    def topic(self) -> str: ...
+    def topic(self) -> str:
+        """The topic the message was read from."""
+        ...
+
     @property
-    def partition(self) -> int: ...
+    def partition(self) -> int:
+        """Its partition of ``topic``."""
+        ...
+
     @property
-    def offset(self) -> int: ...
+    def offset(self) -> int:
+        """Its offset in the partition (what commits are counted in)."""
+        ...
+
     @property
-    def key(self) -> bytes | None: ...
+    def key(self) -> bytes | None:
+        """The message key, None when keyless (``sampling.key: message_key`` reads it)."""
+        ...
+
     @property
-    def value(self) -> bytes | None: ...
+    def value(self) -> bytes | None:
+        """The payload the decoders read; None for a tombstone."""
+        ...
+
     @property
-    def headers(self) -> Sequence[tuple[str, bytes]]: ...
+    def headers(self) -> Sequence[tuple[str, bytes]]:
+        """Kafka headers as (name, value) pairs, in the order they were sent."""
+        ...
+
     @property
     def timestamp(self) -> int | None:
         """Milliseconds since the epoch (the record's Kafka timestamp), if known."""

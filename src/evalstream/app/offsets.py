@@ -42,6 +42,11 @@ class PartitionState:
         self.fetched: int | None = None
 
     def position(self) -> int | None:
+        """The offset a commit may cover up to, or None when nothing was tracked yet.
+
+        The lowest offset with work outstanding (or one past the last tracked one when none
+        is), never past ``hold``.
+        """
         position = self.order[0] if self.order else self.end
         if self.hold is not None and (position is None or position > self.hold):
             return self.hold

@@ -172,7 +172,12 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The YAML arrives as init kwargs; listing env first makes the environment win.
+        """The pydantic-settings hook: environment variables, then the YAML file.
+
+        The YAML arrives as init kwargs; listing env first makes the environment win.
+        ``.env`` files and pydantic's secrets directory are not read (secret files are
+        read from the config's ``*_file`` fields instead).
+        """
         return env_settings, init_settings
 
     @model_validator(mode="after")

@@ -111,6 +111,7 @@ def structured(value: Any, what: str) -> Any:
 
 
 def stringify(value: Any) -> str:
+    """``value`` as text: strings as they are, None as ``""``, anything else as JSON."""
     if isinstance(value, str):
         return value
     if value is None:
@@ -145,6 +146,8 @@ def parts_text(parts: Any) -> str:
 
 
 def message_text(message: dict[str, Any]) -> str:
+    """The text of one message object: its semconv ``parts`` or, failing them, its OpenAI
+    ``content`` (a string or a list of parts)."""
     parts = message.get("parts")
     if parts is not None:
         return parts_text(parts)
