@@ -160,7 +160,15 @@ class Evaluator(abc.ABC, Generic[P]):
 
     @abc.abstractmethod
     async def evaluate(self, event: TraceEvent) -> Score:
-        """Score one event."""
+        """Score one event.
+
+        Raises:
+            SkipEvaluation: the event cannot be judged (e.g. no output); counted as a skip
+                by its ``reason``, no result is published.
+            JudgeError: the judge failed or gave an unusable answer; an error result
+                carries the judge's usage when the error has it. Any other exception also
+                becomes an error result (named by its class), never a stopped worker.
+        """
 
     async def aclose(self) -> None:
         """Release anything held (caches are in memory; most need nothing)."""

@@ -31,7 +31,8 @@ class Sink(Protocol):
         ...
 
     async def publish_alert(self, alert: Alert, key: str) -> None:
-        """Publish one alert event."""
+        """Publish one alert event under ``key`` (route/evaluator: one alert stream's
+        firing and resolved events stay in order on one partition)."""
         ...
 
     async def flush(self) -> None:
