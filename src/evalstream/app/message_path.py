@@ -112,7 +112,7 @@ class MessagePath:
                                  Awaitable[None]] = (
             self._dispatch_events if sessions is None else self._dispatch_sessions)
         # Batches a keep-alive poll returned while intake waited for a slot mid-batch (see
-        # ``_take_slot``), handled before the next poll, in the order they came.
+        # ``_keep_polled``), handled before the next poll, in the order they came.
         self._stashed: deque[Mapping[TP, Sequence[Record]]] = deque()
 
     def rebalanced(self, revoked: Sequence[TP] = ()) -> None:
