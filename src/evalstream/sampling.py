@@ -53,11 +53,6 @@ class Sampler:
         # CRC of the salt is the starting value, so hashing a key is one call.
         self._seed = zlib.crc32(settings.salt.encode("utf-8") + b"\x00") if settings.salt else 0
 
-    @property
-    def global_rate(self) -> float:
-        """The rate applied to every route."""
-        return self._rate
-
     def rate_for(self, route_rate: float) -> float:
         """The effective rate of a route: global rate x the route's own rate."""
         return self._rate * route_rate

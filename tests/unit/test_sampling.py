@@ -65,4 +65,4 @@ def test_missing_key_falls_back_to_event_id() -> None:
 def test_route_rate_multiplies_with_the_global_rate() -> None:
     sampler = Sampler(SamplingSettings(rate=0.5))
     assert sampler.rate_for(0.2) == 0.1
-    assert sampler.global_rate == 0.5
+    assert sampler.rate_for(1.0) == 0.5
