@@ -13,6 +13,7 @@ from evalstream.config.section import Section
 
 __all__ = [
     "ENDPOINT_PATHS",
+    "MASK",
     "BuiltinJudgeConfig",
     "CascadeJudgeConfig",
     "JudgeConfig",

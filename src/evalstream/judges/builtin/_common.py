@@ -34,10 +34,10 @@ def cache_short(max_chars: int, maxsize: int) -> Callable[[Callable[[str], _T]],
 
     return wrap
 
-__all__ = ["WORD_RE", "Signal", "as_read", "binary", "logistic", "scale", "signals_in",
+__all__ = ["Signal", "as_read", "binary", "cache_short", "logistic", "scale", "signals_in",
            "words"]
 
-WORD_RE = re.compile(r"[a-z0-9']+")
+_WORD_RE = re.compile(r"[a-z0-9']+")
 
 #: A weighted cue: (pattern, weight added to the log-odds when it matches, name for rationales).
 Signal = tuple[re.Pattern[str], float, str]
@@ -74,7 +74,7 @@ def scale(severity: float) -> dict[str, float]:
 
 def words(text: str) -> list[str]:
     """Lower-cased word tokens."""
-    return WORD_RE.findall(text.lower())
+    return _WORD_RE.findall(text.lower())
 
 
 def signals_in(text: str, signals: tuple[Signal, ...],
