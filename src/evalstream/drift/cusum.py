@@ -187,7 +187,14 @@ _CACHE_SIZE = 1024
 
 
 class BernoulliCusum:
-    """The running statistic of one integer CUSUM design."""
+    """The running statistic of one integer CUSUM design.
+
+    Args:
+        design: The integer increments and threshold ``h``.
+        cap_ratio: The statistic never rises above ``ceil(cap_ratio * h)``, so a long
+            incident resolves in bounded time once the rate recovers (``drift.cap_ratio``);
+            infinite (the default) for no cap.
+    """
 
     __slots__ = ("_cap", "design", "s")
 

@@ -91,6 +91,12 @@ class Evaluator(abc.ABC, Generic[P]):
 
     Subclasses set ``name`` and ``params_model`` and implement ``evaluate``. They raise
     ``SkipEvaluation`` when the event lacks what they need (e.g. no output).
+
+    Args:
+        spec: The route's entry for this evaluator (its label, judge, sample rate, raw
+            params).
+        params: ``spec.params`` validated by ``params_model`` (``registry.create`` does it).
+        judge: The judge ``spec.judge`` names, shared with the other evaluators using it.
     """
 
     name: ClassVar[str]
