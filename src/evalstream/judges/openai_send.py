@@ -98,8 +98,9 @@ def _transport_error(error: JudgeError) -> dict[str, str]:
 
     Without it a refused connection, a reset and a timeout all logged ``status=None``, and
     the operator had to find an error result to learn which. These messages are built by
-    ``_post`` from the exception's class and the judge's host (and port) only, never the URL or the
-    server's words (an HTTP error's text stays out of the logs, as it may echo a request).
+    ``_attempt`` from the exception's class and the judge's host (and port) only, never the
+    URL or the server's words (an HTTP error's text stays out of the logs, as it may echo a
+    request).
     """
     return {"error": str(error)} if error.status is None else {}
 
