@@ -122,7 +122,7 @@ class Classifier(LabelEvaluator):
         return needed(self.params.fields)
 
     def fail_labels(self) -> tuple[str, ...]:
-        """``fail_labels``."""
+        """The configured ``fail_labels``."""
         return tuple(self.params.fail_labels)
 
     def request(self, event: TraceEvent) -> JudgeRequest:

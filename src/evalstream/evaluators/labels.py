@@ -66,7 +66,9 @@ class LabelEvaluator(Evaluator[EvaluatorParams]):
         raise NotImplementedError
 
     def fail_labels(self) -> tuple[str, ...]:
-        """Labels that count as failures."""
+        """Labels that count as failures: with any, a result passes unless its label is one
+        and scores 1 minus their probability; with none (the default), a result has a
+        label only, no score and no verdict."""
         return ()
 
     def labels(self) -> tuple[str, ...]:
@@ -135,7 +137,7 @@ class Topic(LabelEvaluator):
         return (*self.params.topics, "other")
 
     def fail_labels(self) -> tuple[str, ...]:
-        """``fail_topics``."""
+        """The configured ``fail_topics``."""
         return tuple(self.params.fail_topics)
 
     def request(self, event: TraceEvent) -> JudgeRequest:
@@ -197,7 +199,7 @@ class Sentiment(LabelEvaluator):
         return self.OPTIONS
 
     def fail_labels(self) -> tuple[str, ...]:
-        """``fail_labels``."""
+        """The configured ``fail_labels``."""
         return tuple(self.params.fail_labels)
 
     def request(self, event: TraceEvent) -> JudgeRequest:
