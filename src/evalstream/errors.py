@@ -6,6 +6,7 @@ __all__ = [
     "ConfigError",
     "DecodeError",
     "EvalstreamError",
+    "EvaluatorError",
     "JudgeError",
     "JudgeSpendCapError",
     "JudgeUnavailableError",
@@ -44,6 +45,10 @@ class SkipEvaluation(EvalstreamError):  # control flow, named for intent
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class EvaluatorError(EvalstreamError):
+    """An evaluator failed on an event; the result is published with ``status: error``."""
 
 
 class JudgeError(EvalstreamError):
