@@ -305,8 +305,9 @@ def _logs_to_proto(doc: dict[str, Any]) -> bytes:
 ])
 def test_content_in_log_records_is_not_read(name: str, records: int, unparented: int,
                                             event_names: set[str]) -> None:
-    """The event modes' content is in OTLP log records (``otlp_logs``), which evalstream
-    does not decode: a logs message on an OTLP input is not a trace batch."""
+    """The event modes' content is in OTLP log records (``otlp_logs``), which the trace
+    formats do not decode: a logs message on an OTLP traces input is not a trace batch
+    (``otlp_logs_json`` / ``otlp_logs_proto`` read them: test_formats_otlp_logs)."""
     doc = otlp.load(name)
     found = [r for rl in doc["resourceLogs"] for sl in rl["scopeLogs"] for r in sl["logRecords"]]
     assert len(found) == records

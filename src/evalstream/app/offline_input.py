@@ -133,7 +133,7 @@ def read_items(paths: Sequence[Path], bad_lines: list[str] | None = None,
             skipped; when omitted, it raises.
         topic: The input whose decoder (format and field mapping) reads lines that are not
             evaldata items, as the worker would; flat TraceEvents when None or when its
-            format is not JSON (``otlp_proto``).
+            format is not JSON (``otlp_proto``, ``otlp_logs_proto``).
         carry: The event attributes the configuration reads from ``topic``'s events
             (:func:`~evalstream.app.reach.attributes_read`), carried by an OTLP decoder.
 
@@ -141,7 +141,7 @@ def read_items(paths: Sequence[Path], bad_lines: list[str] | None = None,
         ConfigError: a file cannot be opened, or (without ``bad_lines``) a line is neither
             kind of item (the message names the file and line).
     """
-    if topic is None or topic.format == "otlp_proto":
+    if topic is None or topic.format in ("otlp_proto", "otlp_logs_proto"):
         topic = _PLAIN
     decoder = decoder_for(topic, carry)
     for index, path in enumerate(paths):

@@ -51,7 +51,10 @@ class InputTopic(Section):
     """One topic to consume and how its messages are encoded."""
 
     topic: TopicName
-    format: Literal["flat_json", "otlp_proto", "otlp_json"] = "flat_json"
+    #: otlp_proto / otlp_json read trace batches; otlp_logs_proto / otlp_logs_json read log
+    #: batches (GenAI content sent as events, e.g. openai-v2 in EVENT_ONLY capture mode).
+    format: Literal["flat_json", "otlp_proto", "otlp_json", "otlp_logs_proto",
+                    "otlp_logs_json"] = "flat_json"
     #: flat_json only: TraceEvent field -> dotted path in the message (e.g. output: response.text).
     mapping: dict[str, str] = Field(default_factory=dict)
     #: otlp_*: span attribute holding the session id, tried before the standard keys.

@@ -1,4 +1,5 @@
-"""Input formats, chosen per topic: ``flat_json``, ``otlp_proto``, ``otlp_json``.
+"""Input formats, chosen per topic: ``flat_json``, ``otlp_proto``, ``otlp_json`` (spans), and
+``otlp_logs_proto``, ``otlp_logs_json`` (GenAI events sent to the OTLP logs signal).
 
 Each format module exposes ``make_decoder(topic: InputTopic, carry) -> Decoder``; they are
 imported lazily so an unused format costs nothing at start-up.
@@ -18,15 +19,19 @@ FORMATS: dict[str, str] = {
     "flat_json": "evalstream.formats.flat_json",
     "otlp_proto": "evalstream.formats.otlp_proto",
     "otlp_json": "evalstream.formats.otlp_json",
+    "otlp_logs_proto": "evalstream.formats.otlp_logs_proto",
+    "otlp_logs_json": "evalstream.formats.otlp_logs_json",
 }
 
 #: ``TraceEvent`` fields a format's events never have, whatever the message holds: OTLP
-#: spans carry no expected answer. (A flat_json message may hold any field.) Start-up
+#: spans and log events carry no expected answer. (A flat_json message may hold any field.) Start-up
 #: checks refuse a route that needs one of them from inputs of such formats only.
 NEVER_SET: dict[str, frozenset[str]] = {
     "flat_json": frozenset(),
     "otlp_proto": frozenset({"reference"}),
     "otlp_json": frozenset({"reference"}),
+    "otlp_logs_proto": frozenset({"reference"}),
+    "otlp_logs_json": frozenset({"reference"}),
 }
 
 

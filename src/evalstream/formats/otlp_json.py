@@ -26,7 +26,7 @@ from evalstream.formats.genai import (
 from evalstream.formats.genai_messages import AttrGetter, BadSpanError
 from evalstream.formats.span_view import Attrs, Options, Resource, SpanView
 
-__all__ = ["any_value", "decode", "make_decoder"]
+__all__ = ["any_value", "decode", "hex_id", "make_decoder"]
 
 
 def _bool(value: Any) -> bool:
@@ -79,7 +79,8 @@ def _attrs(key_values: Any) -> Attrs:
 _HEX = re.compile("[0-9a-fA-F]*")
 
 
-def _hex_id(value: Any, length: int, what: str) -> str:
+def hex_id(value: Any, length: int, what: str) -> str:
+    """An OTLP/JSON id (``length`` hex characters) in lowercase; raises ``BadSpanError``."""
     if not isinstance(value, str) or len(value) != length:
         raise BadSpanError(f"{what} must be {length} hex characters")
     # Not bytes.fromhex: it skips whitespace, so "0123 4567..." would pass as an id.
@@ -99,8 +100,8 @@ class _JsonSpan(SpanView):
 
     def ids(self) -> tuple[str, str]:
         span = self.span
-        return (_hex_id(span.get("traceId"), 32, "traceId"),
-                _hex_id(span.get("spanId"), 16, "spanId"))
+        return (hex_id(span.get("traceId"), 32, "traceId"),
+                hex_id(span.get("spanId"), 16, "spanId"))
 
     def times(self) -> tuple[int, int]:
         span = self.span
