@@ -90,8 +90,11 @@ def read_semconv_events(events: list[tuple[str, AttrGetter]]) -> Content | None:
         if role is not None:
             body = _event_body(get)
             text = message_text(body) if body is not None else _event_text(get("content"))
+            # The semconv's ``role`` field: the author's actual role when it differs from
+            # the event's (OpenLLMetry sends a ``developer`` prompt as gen_ai.user.message).
+            actual = body.get("role") if body is not None else get("role")
             content = content or Content()
-            content.add_turn(role, text)
+            content.add_turn(actual if isinstance(actual, str) and actual else role, text)
         elif name == "gen_ai.choice":
             content = content or Content()
             _add_choice(content, get)
