@@ -1,4 +1,5 @@
-"""Decoder throughput: spans (events) per second for otlp_proto, otlp_json and flat_json.
+"""Decoder throughput: spans (events) per second for otlp_proto, otlp_json and flat_json, and
+log records per second for otlp_logs_proto and otlp_logs_json.
 
 Scenarios, each with the same logical content in every format:
 
@@ -13,6 +14,12 @@ in the same rounds.
   and 1 HTTP span. Throughput counts every span (skipped ones included).
 * ``legacy`` / ``openinference``: the chat content as OpenLLMetry / OpenInference flattened
   attributes (OTLP formats only).
+
+* ``logs_chat`` / ``logs_mixed``: the same content as GenAI events on the logs signal
+  (``otlp_logs_*``): 100 records per message, every one a
+  ``gen_ai.client.inference.operation.details`` event with the chat span's attributes, or 1
+  in 10 of them among application log lines. The ``vs spans`` column divides by the same
+  encoding's spans/s on the ``chat`` spans, measured in the same rounds.
 
 Baselines measured in the same run: the bare parse (``TracesData.FromString``,
 ``orjson.loads``) of the same bytes, so the ratio shows what the span walk and the
@@ -31,6 +38,7 @@ from typing import Any
 
 import orjson
 from google.protobuf import json_format
+from opentelemetry.proto.logs.v1.logs_pb2 import LogsData
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from evalstream.config import InputTopic
@@ -163,6 +171,38 @@ def to_proto(doc: dict[str, Any]) -> bytes:
     return data
 
 
+def logs_doc(scenario: str, n: int) -> dict[str, Any]:
+    """One OTLP/JSON log batch of SPANS_PER_MESSAGE records for ``scenario`` (logs_*)."""
+    records = []
+    for i in range(SPANS_PER_MESSAGE):
+        record: dict[str, Any] = {
+            "timeUnixNano": str(1_760_000_001_000_000_000 + i),
+            "traceId": f"{n:016x}{i // 10:016x}", "spanId": f"{n:08x}{i:08x}"}
+        if scenario == "logs_chat" or i % 10 == 0:
+            record.update(eventName="gen_ai.client.inference.operation.details",
+                          attributes=_chat_attrs(i, content=True))
+        else:
+            record.update(severityNumber=9, body={"stringValue": f"GET /orders/{i} 200"},
+                          attributes=[_kv("code.function", "handler")])
+        records.append(record)
+    resource = {"attributes": [_kv("service.name", "support-bot"),
+                               _kv("deployment.environment.name", "prod")]}
+    return {"resourceLogs": [{"resource": resource, "scopeLogs": [
+        {"scope": {"name": "opentelemetry.util.genai.handler"}, "logRecords": records}]}]}
+
+
+def logs_to_proto(doc: dict[str, Any]) -> bytes:
+    """Protobuf bytes of an OTLP/JSON log batch (hex ids re-encoded as base64)."""
+    doc = orjson.loads(orjson.dumps(doc))
+    for rl in doc["resourceLogs"]:
+        for sl in rl["scopeLogs"]:
+            for record in sl["logRecords"]:
+                for key in ("traceId", "spanId"):
+                    record[key] = base64.b64encode(bytes.fromhex(record[key])).decode()
+    data: bytes = json_format.ParseDict(doc, LogsData()).SerializeToString()
+    return data
+
+
 def flat_event(n: int, i: int) -> bytes:
     """The ``chat`` span's content as one flat_json message."""
     return orjson.dumps({
@@ -205,7 +245,8 @@ def main() -> None:
     messages = 4 if args.quick else 8
 
     decoders = {fmt: decoder_for(InputTopic(topic="bench", format=fmt))  # type: ignore[arg-type]
-                for fmt in ("otlp_proto", "otlp_json", "flat_json")}
+                for fmt in ("otlp_proto", "otlp_json", "flat_json", "otlp_logs_proto",
+                            "otlp_logs_json")}
 
     def run(fmt: str) -> Callable[[bytes], int]:
         decoder = decoders[fmt]
@@ -250,6 +291,37 @@ def main() -> None:
             rate, parse_rate = rates[fmt], rates[f"{fmt}/parse"]
             print(f"{scenario:<14}{fmt:<12}{rate:>10,.0f}{parse_rate:>14,.0f}"
                   f"{rate / parse_rate:>14.3f}{rate / flat_rate:>14.2f}{events:>12}")
+
+    def parse_logs_proto(value: bytes) -> int:
+        data = LogsData.FromString(value)
+        return sum(len(sl.log_records) for rl in data.resource_logs for sl in rl.scope_logs)
+
+    def parse_logs_json(value: bytes) -> int:
+        doc = orjson.loads(value)
+        return sum(len(sl["logRecords"]) for rl in doc["resourceLogs"] for sl in rl["scopeLogs"])
+
+    print(f"\n{'scenario':<14}{'format':<16}{'records/s':>10}{'parse-only/s':>14}"
+          f"{'decode/parse':>14}{'vs spans':>10}{'events/msg':>12}")
+    spans = [otlp_doc("chat", n) for n in range(messages)]
+    for scenario in ("logs_chat", "logs_mixed"):
+        docs = [logs_doc(scenario, n) for n in range(messages)]
+        logs_inputs = {
+            "otlp_logs_proto": ([logs_to_proto(d) for d in docs], parse_logs_proto,
+                                "otlp_proto", [to_proto(d) for d in spans]),
+            "otlp_logs_json": ([orjson.dumps(d) for d in docs], parse_logs_json,
+                               "otlp_json", [orjson.dumps(d) for d in spans])}
+        rows = {}
+        for fmt, (values, parse, span_fmt, span_values) in logs_inputs.items():
+            rows[fmt] = (run(fmt), values)
+            rows[f"{fmt}/parse"] = (parse, values)
+            rows[span_fmt] = (run(span_fmt), span_values)  # the reference: same content
+        rates = measure(rows, seconds)
+        for fmt, (values, _, span_fmt, _) in logs_inputs.items():
+            events = len(decoders[fmt](RawRecord(topic="bench", partition=0, offset=0,
+                                                 value=values[0])).events)
+            rate, parse_rate = rates[fmt], rates[f"{fmt}/parse"]
+            print(f"{scenario:<14}{fmt:<16}{rate:>10,.0f}{parse_rate:>14,.0f}"
+                  f"{rate / parse_rate:>14.3f}{rate / rates[span_fmt]:>10.2f}{events:>12}")
 
 if __name__ == "__main__":
     main()

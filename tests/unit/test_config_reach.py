@@ -361,3 +361,35 @@ def test_params_idle_beside_the_one_that_wins_are_said(spec: dict[str, Any], sai
     assert warning.startswith(f"routes[0] (r) evaluator {spec['evaluator']!r}: {said}")
     alone = {**spec, "params": dict(list(spec["params"].items())[:1])}
     assert warnings_for(routes=[route("r", evaluators=[alone])]) == []
+
+
+@pytest.mark.parametrize("fmt", ["otlp_logs_json", "otlp_logs_proto"])
+def test_a_route_needing_reference_from_a_logs_input_is_refused(fmt: str) -> None:
+    # Log events carry no expected answer either: refused at start-up like OTLP spans.
+    logs_input = {"topic": "logs", "format": fmt}
+    with pytest.raises(ConfigError, match=rf"the route's inputs \(logs: {fmt}\) never set "
+                                          r"'reference'"):
+        fields_check([logs_input], [route("r", {"requires": ["output", "reference"]})])
+    fields_check([logs_input, FLAT_INPUT], [route("r", {"requires": ["output", "reference"]})])
+
+
+def test_a_logs_input_carries_attributes_read_by_routes() -> None:
+    settings = pipeline_settings(
+        inputs=[{"topic": "logs", "format": "otlp_logs_json"}],
+        routes=[route("acme", {"attributes": {"tenant": "acme"}})])
+    metrics = Metrics(CollectorRegistry())
+    pipeline = Pipeline(settings, JUDGES, metrics)
+    intake = Intake(settings, pipeline, metrics)
+    kv = [{"key": k, "value": {"stringValue": v}} for k, v in (
+        ("gen_ai.operation.name", "chat"), ("tenant", "acme"),
+        ("gen_ai.input.messages",
+         '[{"role": "user", "parts": [{"type": "text", "content": "q"}]}]'),
+        ("gen_ai.output.messages",
+         '[{"role": "assistant", "parts": [{"type": "text", "content": "a"}]}]'))]
+    value = dump_json({"resourceLogs": [{"resource": {}, "scopeLogs": [{"logRecords": [{
+        "eventName": "gen_ai.client.inference.operation.details", "traceId": "ab" * 16,
+        "spanId": "cd" * 8, "attributes": kv}]}]}]})
+    [event] = intake.decode(RawRecord("logs", 0, 0, value)).events
+    assert (event.input, event.output, event.attributes["tenant"]) == ("q", "a", "acme")
+    [planned] = pipeline.plan(event, "logs")
+    assert planned.bound.route == "acme"
