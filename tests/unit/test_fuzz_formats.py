@@ -73,6 +73,11 @@ DECODERS: dict[str, tuple[Decoder, set[str]]] = {
     "flat_json_mapped": (FLAT_MAPPED, FLAT_REASONS),
     "otlp_json": (OTLP_JSON, OTLP_JSON_REASONS),
     "otlp_proto": (OTLP_PROTO, OTLP_PROTO_REASONS),
+    # Log batches (GenAI events): the same reasons as their trace counterparts.
+    "otlp_logs_json": (decoder_for(InputTopic(topic="t", format="otlp_logs_json",
+                                              **OTLP_OPTIONS)), OTLP_JSON_REASONS),
+    "otlp_logs_proto": (decoder_for(InputTopic(topic="t", format="otlp_logs_proto",
+                                               **OTLP_OPTIONS)), OTLP_PROTO_REASONS),
 }
 #: A marker put in content: error messages must never quote it.
 MARKER = "SECRET-CONTENT-7f3a"
