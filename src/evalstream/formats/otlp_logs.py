@@ -35,7 +35,7 @@ from evalstream.formats.genai import MAX_SPANS_PER_MESSAGE, BatchBuilder
 from evalstream.formats.genai_messages import AttrGetter
 from evalstream.formats.span_view import Resource, SpanView
 
-__all__ = ["GENAI_EVENTS", "LogGroup", "Records"]
+__all__ = ["GENAI_EVENTS", "Records"]
 
 #: Event names whose records carry chat content (what :mod:`.genai_events` reads).
 GENAI_EVENTS = frozenset({
@@ -48,7 +48,7 @@ GENAI_EVENTS = frozenset({
 _ERROR_KEY = "error.type"
 
 
-class LogGroup(SpanView):
+class _LogGroup(SpanView):
     """The GenAI event records of one call (same trace and span id), seen as its span."""
 
     __slots__ = ("_ids", "_ns", "_records")
@@ -122,7 +122,7 @@ class Records:
         self._builder = builder
         self._convert = convert
         #: (trace id, span id) -> (group, its first record's resource).
-        self._groups: dict[tuple[str, str], tuple[LogGroup, Resource]] = {}
+        self._groups: dict[tuple[str, str], tuple[_LogGroup, Resource]] = {}
         self.records = 0
 
     def room(self) -> int:
@@ -144,7 +144,7 @@ class Records:
         key = (trace_id, span_id)
         found = self._groups.get(key)
         if found is None:
-            found = self._groups[key] = (LogGroup(trace_id, span_id, self._convert), resource)
+            found = self._groups[key] = (_LogGroup(trace_id, span_id, self._convert), resource)
         found[0].add(name, attrs, body, ns)
 
     def finish(self) -> None:
