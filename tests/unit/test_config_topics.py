@@ -119,9 +119,10 @@ def test_check_config_exits_2_on_an_output_topic_that_is_an_input(tmp_path: Path
     ({"topic": "spans", "format": "otlp_proto", "mapping": {"output": "response.text"}},
      "inputs.0: Value error, mapping: for flat_json inputs only; this otlp_proto input"),
     ({"topic": "t", "attribute_map": {"tenant": "app.tenant"}, "app_attribute": "app.name"},
-     "inputs.0: Value error, app_attribute, attribute_map: for otlp_proto and otlp_json"),
+     "inputs.0: Value error, app_attribute, attribute_map: for OTLP inputs only (otlp_proto"),
     ({"topic": "t", "format": "flat_json", "llm_operations": ["chat"]},
-     "llm_operations: for otlp_proto and otlp_json inputs only"),
+     "llm_operations: for OTLP inputs only (otlp_proto, otlp_json, otlp_logs_proto, "
+     "otlp_logs_json)"),
 ])
 def test_an_option_of_another_format_is_refused(entry: dict[str, object], says: str) -> None:
     # Was accepted and ignored by the decoder: e.g. an OTLP input's events lacked the

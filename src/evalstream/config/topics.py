@@ -81,8 +81,9 @@ class InputTopic(Section):
                 ("llm_operations", self.llm_operations != list(_LLM_OPERATIONS)),
                 ("attribute_map", self.attribute_map)) if value]
             if given:
-                raise ValueError(f"{', '.join(given)}: for otlp_proto and otlp_json inputs "
-                                 f"only; a flat_json input is read with `mapping`")
+                raise ValueError(f"{', '.join(given)}: for OTLP inputs only (otlp_proto, "
+                                 f"otlp_json, otlp_logs_proto, otlp_logs_json); a flat_json "
+                                 f"input is read with `mapping`")
         elif self.mapping:
             raise ValueError(f"mapping: for flat_json inputs only; this {self.format} input is "
                              f"read with attribute_map, session_attribute and app_attribute")
