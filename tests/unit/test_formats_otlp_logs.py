@@ -176,6 +176,27 @@ def test_records_without_span_id_or_with_bad_ids_are_counted() -> None:
     assert len(as_json.events) == 8
 
 
+def test_all_zero_span_ids_are_outside_any_span() -> None:
+    # OTLP: an all-zero span id is invalid, "not associated with a span" (older Python SDKs
+    # encoded a record outside a span so). Grouped as a call, records of unrelated calls
+    # would merge into one event: one call's question with another's answer.
+    doc = copy.deepcopy(otlp.load("real_openllmetry_events_logs"))
+    records = _records(doc)
+    question = next(r for r in records if r.get("spanId") == "114c4af96dbdb6fd"
+                    and r["eventName"] == "gen_ai.user.message")
+    answer = next(r for r in records if r.get("spanId") == "94d70119f6047814"
+                  and r["eventName"] == "gen_ai.choice")
+    for record in (question, answer):
+        record["traceId"], record["spanId"] = "0" * 32, "0" * 16
+
+    decoded = decode_both(doc)
+
+    assert decoded.skipped == {"no_span_id": 3}
+    assert not [e for e in decoded.events if e.span_id == "0" * 16]
+    assert ("What is the weather like today?", "Answer to: Will it rain tomorrow?") not in {
+        (e.input, e.output) for e in decoded.events}
+
+
 def test_a_malformed_body_costs_its_call_only() -> None:
     doc = otlp.load("real_openllmetry_events_logs")
     records = _records(doc)

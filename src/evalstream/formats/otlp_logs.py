@@ -19,8 +19,9 @@ its span events the records themselves. So the span readers (:mod:`.genai_spans`
 span would give: the same call read from the traces topic de-duplicates with it.
 
 Skipped records are counted in ``Decoded.skipped``: ``not_genai`` (an application log, or an
-event of another name), ``no_span_id`` (a GenAI event outside any span: it cannot be joined
-to its call; OpenLLMetry 0.62.4 writes a streamed answer's ``gen_ai.choice`` that way),
+event of another name), ``no_span_id`` (a GenAI event outside any span, its span id absent
+or all zeroes: it cannot be joined to its call; OpenLLMetry 0.62.4 writes a streamed
+answer's ``gen_ai.choice`` that way),
 ``bad_span`` (a malformed record), ``too_many_spans`` (records past
 :data:`~.genai.MAX_SPANS_PER_MESSAGE`, not looked at); a group is then counted as a span is
 (``error_span`` when a record has ``error.type``, ``no_content``, ``not_llm``...).

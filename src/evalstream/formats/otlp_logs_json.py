@@ -47,7 +47,9 @@ def _add_record(records: Records, record: Any, resource: Resource) -> None:
         records.skip("not_genai")
         return
     span_id = record.get("spanId")
-    if not span_id:
+    # Absent, or all zeroes: OTLP's "not associated with a span" (older Python SDKs sent
+    # zero ids for records outside a span); grouped, unrelated calls would merge.
+    if not span_id or (isinstance(span_id, str) and not span_id.strip("0")):
         records.skip("no_span_id")
         return
     trace_id = hex_id(record.get("traceId"), 32, "traceId")

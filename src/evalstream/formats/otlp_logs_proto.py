@@ -46,7 +46,8 @@ def _add_record(records: Records, record: Any, resource: Resource) -> None:
         records.skip("not_genai")
         return
     span_id: bytes = record.span_id
-    if not span_id:
+    # Absent, or all zeroes: OTLP's "not associated with a span" (see otlp_logs_json).
+    if not any(span_id):
         records.skip("no_span_id")
         return
     trace_id: bytes = record.trace_id
