@@ -216,7 +216,8 @@ def test_a_malformed_body_costs_its_call_only() -> None:
     # A trace batch on a logs input (the Collector's traces topic configured here).
     ("otlp_logs_json", otlp.raw("real_openai_v2_span_only"), "not_otlp"),
     ("otlp_logs_proto", b"\xff\xff\xff", "invalid_protobuf"),
-    # A trace batch: its spans' fields do not parse as log records' (wire types differ).
+    # A trace batch: these spans' names do not parse as a log record's body (field 5);
+    # other names can (e.g. "POST"), and the batch then reads as not_genai records.
     ("otlp_logs_proto", otlp.to_proto(otlp.load("real_openai_v2_span_only")),
      "invalid_protobuf"),
     ("otlp_logs_proto", b"\x10\x01", "not_otlp"),  # parses: one unknown field
