@@ -20,7 +20,7 @@ from evalstream.events import RawRecord
 from evalstream.formats import NEVER_SET, decoder_for
 from evalstream.formats.base import Decoded
 from tests.fixtures import otlp
-from tests.unit.test_formats_otlp_captured import SYSTEM, _logs_to_proto, content, expected
+from tests.unit.test_formats_otlp_captured import _logs_to_proto, content, expected
 
 FORMATS = ("otlp_logs_json", "otlp_logs_proto")
 
@@ -87,19 +87,19 @@ def test_openllmetry_message_records_are_grouped_per_call() -> None:
     doc = otlp.load("real_openllmetry_events_logs")
     decoded = decode_both(doc)
 
-    # The streamed answer's choice has no span id: it cannot be joined to its call.
-    assert decoded.skipped == {"no_span_id": 1}
+    # The streamed answer's choice has no span id: it cannot be joined to its call. That
+    # call's prompt, and the failed call's (which wrote no answer and no error.type), are
+    # half a call each: not scored (a half is no conversation to judge).
+    assert decoded.skipped == {"no_span_id": 1, "partial_call": 2}
     got = sorted(repr(content(e)) for e in decoded.events)
     want = [expected(c) for c in ("plain", "system", "multi_turn", "tool_call", "tool_result",
                                   "n2", "parts")]
     # parts: the developer prompt comes as gen_ai.user.message with role "developer" in its
     # body: it is the system prompt, not a user turn.
-    # Without its choice the streamed call has no answer, nor has the failed one.
-    want.append(("Is it windy?", None, SYSTEM, [("user", "Is it windy?")]))
-    want.append(("Snow?", None, None, [("user", "Snow?")]))
     assert got == sorted(repr(w) for w in want)
+    assert not {"Is it windy?", "Snow?"} & {e.input for e in decoded.events}
     by_input = {e.input: e for e in decoded.events}
-    assert len(decoded.events) == 9
+    assert len(decoded.events) == 7
     assert {(e.trace_id, e.span_id) for e in decoded.events} <= _span_ids(
         "real_openllmetry_events")
     n2 = by_input["Sun or rain?"]
@@ -172,8 +172,8 @@ def test_records_without_span_id_or_with_bad_ids_are_counted() -> None:
     as_json = _decode("otlp_logs_json", orjson.dumps(doc))
 
     # JSON-only: protobuf ids are bytes (a bad one cannot reach the proto decoder this way).
-    assert as_json.skipped == {"no_span_id": 1, "bad_span": len(plain)}
-    assert len(as_json.events) == 8
+    assert as_json.skipped == {"no_span_id": 1, "bad_span": len(plain), "partial_call": 2}
+    assert len(as_json.events) == 6
 
 
 def test_all_zero_span_ids_are_outside_any_span() -> None:
@@ -191,7 +191,8 @@ def test_all_zero_span_ids_are_outside_any_span() -> None:
 
     decoded = decode_both(doc)
 
-    assert decoded.skipped == {"no_span_id": 3}
+    # The two calls that lost a record are half calls now, as the fixture's other two.
+    assert decoded.skipped == {"no_span_id": 3, "partial_call": 4}
     assert not [e for e in decoded.events if e.span_id == "0" * 16]
     assert ("What is the weather like today?", "Answer to: Will it rain tomorrow?") not in {
         (e.input, e.output) for e in decoded.events}
@@ -205,8 +206,8 @@ def test_a_malformed_body_costs_its_call_only() -> None:
 
     decoded = _decode("otlp_logs_json", orjson.dumps(doc))
 
-    assert decoded.skipped == {"no_span_id": 1, "bad_span": 1}
-    assert len(decoded.events) == 8
+    assert decoded.skipped == {"no_span_id": 1, "bad_span": 1, "partial_call": 2}
+    assert len(decoded.events) == 6
 
 
 @pytest.mark.parametrize(("fmt", "value", "reason"), [
@@ -257,3 +258,29 @@ def test_topic_options_apply_to_log_events() -> None:
 
     assert {e.attributes["tenant"] for e in decoded.events} == {"acme"}
     assert {e.app for e in decoded.events} == {"acme"}
+
+
+def test_a_call_split_over_two_messages_is_not_scored_as_two_halves() -> None:
+    # SDKs export log batches on a timer: a call's prompt records (written before the call)
+    # and its choice (after it) can land in two messages. Each half used to become an event
+    # under the call's id: two results with one result id, each judging half a call.
+    doc = otlp.load("real_openllmetry_events_logs")
+    records = _records(doc)
+    call = [r for r in records if r.get("spanId") == "94d70119f6047814"]
+    prompt = [r for r in call if r["eventName"] != "gen_ai.choice"]
+    answer = [r for r in call if r["eventName"] == "gen_ai.choice"]
+    assert prompt
+    assert answer
+
+    def only(kept: list[dict[str, Any]]) -> dict[str, Any]:
+        part = copy.deepcopy(doc)
+        part["resourceLogs"][0]["scopeLogs"][0]["logRecords"] = copy.deepcopy(kept)
+        return part
+
+    for half in (prompt, answer):
+        decoded = decode_both(only(half))
+        assert decoded.events == []
+        assert decoded.skipped == {"partial_call": 1}
+    whole = decode_both(only(call))
+    assert [e.span_id for e in whole.events] == ["94d70119f6047814"]
+

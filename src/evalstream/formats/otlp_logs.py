@@ -24,7 +24,10 @@ or all zeroes: it cannot be joined to its call; OpenLLMetry 0.62.4 writes a stre
 answer's ``gen_ai.choice`` that way),
 ``bad_span`` (a malformed record), ``too_many_spans`` (records past
 :data:`~.genai.MAX_SPANS_PER_MESSAGE`, not looked at); a group is then counted as a span is
-(``error_span`` when a record has ``error.type``, ``no_content``, ``not_llm``...).
+(``error_span`` when a record has ``error.type``, ``no_content``, ``not_llm``...), or as
+``partial_call`` when its per-message records hold the prompt without the answer or the
+answer without the prompt (the call's other records came in another message, or a failed
+call wrote no answer and no ``error.type``).
 """
 
 from __future__ import annotations
@@ -47,6 +50,10 @@ GENAI_EVENTS = frozenset({
 })
 #: Where a failed call says so: semconv's ``error.type`` (set on the details event too).
 _ERROR_KEY = "error.type"
+#: The one record that is a whole call (semconv >= 1.37).
+_DETAILS = "gen_ai.client.inference.operation.details"
+#: Per-message records (semconv 1.28-1.36) of the call's answer; the others are its prompt.
+_ANSWERS = frozenset({"gen_ai.choice", "gen_ai.content.completion"})
 
 
 class _LogGroup(SpanView):
@@ -91,6 +98,19 @@ class _LogGroup(SpanView):
 
     def has_events(self) -> bool:
         return bool(self._records)
+
+    def partial(self) -> bool:
+        """Whether the group holds per-message records of only one side of its call: the
+        prompt without an answer or an answer without its prompt. SDKs export log batches
+        on a timer, so a call's prompt records (written before the call) and its choice
+        (after it) can arrive in two messages; scored apart, the halves would be two
+        results under one result id, each judging half a conversation."""
+        names = {name for name, _, _ in self._records}
+        if _DETAILS in names:
+            return False
+        has_answer = not names.isdisjoint(_ANSWERS)
+        has_prompt = not names <= _ANSWERS
+        return has_answer != has_prompt
 
     def events(self) -> list[tuple[str, AttrGetter]]:
         return [(name, self._getter(attrs, body)) for name, attrs, body in self._records]
@@ -149,7 +169,13 @@ class Records:
         found[0].add(name, attrs, body, ns)
 
     def finish(self) -> None:
-        """Hand every group to the builder (which counts what it skips)."""
-        add = self._builder.add
+        """Hand every group to the builder (which counts what it skips); a group holding
+        one side of its call only (:meth:`_LogGroup.partial`) counts as ``partial_call``,
+        unless a record says the call failed (``error_span``, as the builder counts it)."""
+        builder = self._builder
         for group, resource in self._groups.values():
-            add(group, resource)
+            if group.partial() and not group.failed():
+                builder.spans += 1
+                builder.skipped["partial_call"] += 1
+            else:
+                builder.add(group, resource)
