@@ -346,3 +346,15 @@ def test_an_openinference_index_with_neither_role_nor_text_lists_no_message() ->
     }))
     [event] = decoded.events
     assert (event.input, event.output) == ("Frost tonight?", "No.")
+
+
+def test_roles_are_read_case_blind_and_langchain_names_are_the_two_sides() -> None:
+    # "User" or LangChain's "human" was taken for a third party: not the question asked.
+    inputs = [text("System", "Be brief."), text("HUMAN", "Rain?"), text("ai", "No."),
+              text("User", "Snow?")]
+    event = decode(span("1000000000000094", {
+        "gen_ai.operation.name": "chat", "gen_ai.input.messages": inputs,
+        "gen_ai.output.messages": ANSWER})).events[0]
+    assert event.system_prompt == "Be brief."
+    assert [m.role for m in event.messages] == ["user", "assistant", "user"]
+    assert event.input == "Snow?"

@@ -53,6 +53,9 @@ __all__ = [
 #: Reads one attribute by key, converted to plain Python; ``None`` when absent.
 AttrGetter = Callable[[str], Any]
 
+#: Other stacks' names for the two sides of a conversation.
+_ROLE_ALIASES = {"model": "assistant", "ai": "assistant", "human": "user"}
+
 #: Part types whose text is shown to evaluators. Reasoning, tool calls and blobs are not
 #: what the user saw as the answer, so they are left out.
 TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
@@ -76,14 +79,19 @@ class Content:
     finish_reasons: list[str] = field(default_factory=list)
 
     def add_turn(self, role: str, text: str) -> None:
-        """Add an input message; system messages become part of the system prompt."""
+        """Add an input message; system messages become part of the system prompt.
+
+        Roles are read case-blind, and the names other stacks give the two sides
+        (Gemini's ``model``, LangChain's ``human`` / ``ai``) become the ``user`` and
+        ``assistant`` evaluators know; a message without a role is the user's.
+        """
         if not text:
             return
+        role = role.lower()
         if role == "system" or role == "developer":
             self.system.append(text)
         else:
-            # Gemini names the assistant "model"; evaluators only know "assistant".
-            self.turns.append(("assistant" if role == "model" else role or "user", text))
+            self.turns.append((_ROLE_ALIASES.get(role, role) or "user", text))
 
     def merge(self, other: Content) -> None:
         """Append ``other``'s content (one span's content split over several events)."""
