@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 
 from evalstream.config import EvaluatorSpec
-from evalstream.errors import JudgeError, SkipEvaluation
+from evalstream.errors import JudgeError, JudgeSpendCapError, SkipEvaluation
 from evalstream.evaluators import registry
 from evalstream.evaluators.base import Evaluator, charged_on_failure, merge_judge_info
 from evalstream.events import JudgeInfo, Message, TraceEvent
-from evalstream.judges.base import judge_info_of, with_judge_info
+from evalstream.judges.base import GenerateRequest, Generation, judge_info_of, with_judge_info
 from tests.support.scripted_judge import ScriptedJudge
 
 
@@ -245,6 +245,30 @@ async def test_reason_falls_back_to_rationale_when_generate_unsupported() -> Non
     judge = ScriptedJudge({"refusal": {"yes": 1.0}}, rationale="matched 'I cannot'")
     score = await make("refusal", judge, reasons="failures").evaluate(ev(output="I cannot."))
     assert score.reason == "matched 'I cannot'"
+
+
+class _CachedAnswerCappedReason(ScriptedJudge):
+    """Answers from its cache (no spend); its reason request is refused at the spend cap,
+    the error naming the judge but having sent nothing."""
+
+    def _info(self, chars: int) -> JudgeInfo:
+        return JudgeInfo(backend="scripted", model="script", cached=True)
+
+    async def generate(self, request: GenerateRequest) -> Generation:
+        self.generations.append(request)
+        raise with_judge_info(JudgeSpendCapError("spend cap reached"),
+                              JudgeInfo(backend="scripted", model="script"))
+
+
+async def test_a_reason_request_that_sent_nothing_leaves_the_judge_usage_as_it_was() -> None:
+    # The refused reason request cost nothing: the result still says its answer came from
+    # the cache (free), rather than a merge with the refused call turning it into a paid one.
+    judge = _CachedAnswerCappedReason({"answer_relevancy": {"yes": 0.9, "no": 0.1}})
+    score = await make("answer_relevancy", judge, reasons="always").evaluate(
+        ev(input="Capital?", output="Paris."))
+    assert len(judge.generations) == 1
+    assert score.reason is None
+    assert score.judge == JudgeInfo(backend="scripted", model="script", cached=True)
 
 
 async def test_topic_adherence_does_not_show_the_judged_reply_as_earlier_context() -> None:
