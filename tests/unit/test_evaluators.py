@@ -360,6 +360,29 @@ def test_merged_judge_info_keeps_the_cascade_markers() -> None:
     assert unmarked.capped is False
 
 
+def test_merged_judge_info_adds_up_every_spend_figure_and_keeps_the_first_judge() -> None:
+    """Latency, requests, tokens and USD are each summed; backend and model stay the first
+    call's (the judge an error result names)."""
+    score = JudgeInfo(backend="openai", model="small", latency_ms=120.0, requests=1,
+                      tokens_in=30, tokens_out=1, cost_usd=0.01, cached=True)
+    reason = JudgeInfo(backend="openai", model="large", latency_ms=80.0, requests=2,
+                       tokens_in=50, tokens_out=20, cost_usd=0.02, cached=True)
+    merged = merge_judge_info(score, reason)
+    assert merged is not None
+    assert (merged.backend, merged.model) == ("openai", "small")
+    assert merged.latency_ms == pytest.approx(200.0)
+    assert (merged.requests, merged.tokens_in, merged.tokens_out) == (3, 80, 21)
+    assert merged.cost_usd == pytest.approx(0.03)
+    assert merged.cached is True  # both answered from the cache
+    assert merge_judge_info(score, reason.model_copy(update={"cached": False})).cached is False
+    assert merged.escalated is False
+    escalated = merge_judge_info(score, reason.model_copy(update={"escalated": True}))
+    assert escalated is not None
+    assert escalated.escalated is True  # the reason's cascade escalated: the result did
+    assert merge_judge_info(None, reason) is reason
+    assert merge_judge_info(score, None) is score
+
+
 def test_charged_on_failure_adds_earlier_spend_to_the_error() -> None:
     """A later call's error carries the earlier calls' spend; nothing spent, nothing added."""
     earlier = JudgeInfo(backend="openai", model="m", requests=1, tokens_in=30, cost_usd=0.01)
