@@ -177,3 +177,15 @@ async def test_a_caller_that_waited_for_the_cap_then_joined_a_failed_call_keeps_
     assert (info_b.requests, info_b.tokens_in) == (1, 100)
     assert info_a is not None
     assert (info_a.requests, info_a.tokens_in) == (1, 50)
+
+
+def test_only_a_judge_info_counts_as_the_failed_judges_info() -> None:
+    # ``JudgeError.judge_info`` is typed ``object`` (errors sit below events): something else
+    # a plugin left there is no JudgeInfo, and an error result built from it would not
+    # validate, so it reads as no info at all.
+    error = JudgeError("503")
+    assert judge_info_of(error) is None
+    error.judge_info = {"backend": "plugin", "requests": 1}
+    assert judge_info_of(error) is None
+    info = JudgeInfo(backend="plugin", requests=1)
+    assert judge_info_of(with_judge_info(error, info)) is info
