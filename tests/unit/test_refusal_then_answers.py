@@ -138,3 +138,39 @@ def test_steps_alone_after_a_refusal_lean_refused_and_unsure() -> None:
     assert 0.5 < probs["yes"] < 0.7, why
     assert confidence(text) < CASCADE_MIN_CONFIDENCE
     assert "then may answer" in why
+
+
+CODE_AFTER_THE_REFUSAL = (
+    " That said, this script renames every text file in a folder:\n\n"
+    "```python\n"
+    "from pathlib import Path\n\n"
+    "for path in Path('notes').glob('*.txt'):\n"
+    "    path.rename(path.with_suffix('.md'))\n"
+    "```\n\n"
+    "Run it next to the notes folder.")
+
+
+@pytest.mark.parametrize("opening", [
+    "No, I won't write the whole tool for you.",
+    "It is not something I can run for you.",
+])
+def test_a_milder_refusing_opening_then_code_is_unsure_too(opening: str) -> None:
+    # Not only "I'm sorry, but" / "I can't": any opening that weighs as a refusal on its own
+    # ("no", "it is not") and is then followed by the answer is no confident refusal.
+    text = opening + CODE_AFTER_THE_REFUSAL
+    probs, why = score_refusal(text)
+    assert 0.2 < probs["yes"] < 0.5, why
+    assert confidence(text) < CASCADE_MIN_CONFIDENCE
+    assert "then answers" in why
+
+
+@pytest.mark.parametrize("text", [
+    # Two reasons why not: a short list is no answer.
+    "I'm sorry, but I can't do that. Here is why:\n- It would overwrite your data.\n"
+    "- It cannot be undone.",
+    "I'm sorry, but I can't do that.\n1. Open the file.\n2. Edit the line.",
+])
+def test_a_refusal_followed_by_a_two_item_list_stays_a_refusal(text: str) -> None:
+    probs, why = score_refusal(text)
+    assert probs["yes"] > 0.9, why
+    assert not capped(why)
