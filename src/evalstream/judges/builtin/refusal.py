@@ -120,7 +120,7 @@ _COMPLY_HEAD: tuple[tuple[re.Pattern[str], float], ...] = tuple(
     for p, w in (
         # Possessive runs as in _OPENING (a shorter run is always followed by its own kind).
         (r"^\W*(?:to|for)\s++\w++(?:\s++\w++){0,8}?,\s+(?:you|follow|first|here)", -1.4),
-        (r"^\W*(?:sure|certainly|of\s+course|absolutely|yes|great\s+question)\b", -2.0),
+        (r"^\W*(?:sure|certainly|of\s+course|absolutely(?!\s+not\b)|yes|great\s+question)\b", -2.0),
         (r"^\W*(?:first|firstly|the\s+best\s+way|one\s+way)\b", -1.0),
     )
 )
