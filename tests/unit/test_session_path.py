@@ -491,3 +491,51 @@ async def test_a_session_result_a_bug_keeps_from_publishing_logs_evaluation_cras
         "PydanticSerializationError"]
     (failed,) = sink.results
     assert failed.error == "internal error: PydanticSerializationError"
+
+
+class SlowToStopJudge(CappedThenWiredJudge):
+    """As ``CappedThenWiredJudge``, but a request on the wire, cancelled, takes a moment to
+    wind down (as closing a connection does) before it ends."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds)
+        self.stopped = 0
+
+    async def judge(self, request: JudgeRequest) -> Judgement:
+        if self.asked == 0:  # the first: waits at the cap
+            return await super().judge(request)
+        try:
+            return await super().judge(request)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.05)
+            self.stopped += 1
+            raise
+
+
+async def test_a_cancelled_session_ends_only_after_its_evaluations_wound_down() -> None:
+    """The session's task must not end while one of its evaluations still runs (winding
+    down after the cancel): a drain waits for the task only, so that evaluation would
+    outlive it."""
+    judge = SlowToStopJudge(30.0)
+    source, sink = MemorySource([record_with_output(0, "ask_judge")]), MemorySink()
+    settings = load_settings(
+        None, inputs=[{"topic": "traces"}], sampling={"key": "session_id"},
+        routes=[{"name": "chat", "session": {"gap_s": 0.05},
+                 "evaluators": [{"evaluator": "unit_scripted", "name": "one"},
+                                {"evaluator": "unit_scripted", "name": "two"}]}],
+        server={"host": "127.0.0.1", "port": 0}, drift={"enabled": False},
+        worker={"commit_interval_s": 0.05, "shutdown_timeout_s": 5})
+    w = Worker(settings, registry=CollectorRegistry(), judges={"builtin": judge},
+               source=source, sink=sink)
+    sessions = w.sessions
+    assert sessions is not None
+    stopped_when_the_session_ended: list[int] = []
+    async with serving(w):
+        await wait_for(lambda: judge.cap.waiting == 1 and judge.asked == 2, timeout=5,
+                       what="one evaluation at the cap, the other on the wire")
+        (task,) = sessions.tasks
+        task.add_done_callback(lambda _: stopped_when_the_session_ended.append(judge.stopped))
+        await source.revoke([TP0])
+        await wait_for(lambda: not sessions.tasks, timeout=5, what="the session ended")
+    assert stopped_when_the_session_ended == [1]
+    assert sink.results == []
