@@ -597,3 +597,18 @@ async def test_a_failed_reason_request_still_counts_in_the_results_spend(
     assert (evaluator.n, evaluator.errors) == (1, 0)
     assert evaluator.spend.requests == 2
     assert evaluator.spend.cost_usd == pytest.approx(0.052)  # the 500 was not billed
+
+
+def test_answers_from_the_judge_cache_are_counted_over_every_evaluator() -> None:
+    # Two evaluators, three results: two answered from the cache (free), one paid for.
+    summary = Summary()
+    paid = JudgeInfo(backend="openai", model="m", requests=1, tokens_in=10, tokens_out=1,
+                     cost_usd=0.01)
+    summary.add(_result(evaluator="a", score=1.0, judge=paid), None)
+    summary.add(_result(evaluator="a", score=1.0,
+                        judge=JudgeInfo(backend="openai", model="m", cached=True)), None)
+    summary.add(_result(evaluator="b", score=1.0,
+                        judge=JudgeInfo(backend="openai", model="m", cached=True)), None)
+    assert summary.by_key[("x", "a")].spend.cached == 1
+    assert summary.spend().cached == 2
+    assert summary.spend_line().endswith("; 2 answered from the judge cache at no cost")
