@@ -44,3 +44,21 @@ async def test_a_joined_failure_is_copied_whatever_the_error_class_constructor()
     first_info = judge_info_of(first)
     assert first_info is not None
     assert first_info.cost_usd == pytest.approx(0.5)
+
+
+async def test_a_joined_failure_without_judge_info_is_copied_without_any() -> None:
+    # A judge that set no JudgeInfo on its error: the joiner's copy has none either (and
+    # is still the judge's error type, not an AttributeError from reading a missing info).
+    cache: TTLCache[str] = TTLCache(16, 60.0)
+
+    async def failing() -> str:
+        await asyncio.sleep(0.01)
+        raise GatewayError(502, "bad gateway")
+
+    first, joined = await asyncio.gather(shared_call(cache, "k", failing),
+                                         shared_call(cache, "k", failing),
+                                         return_exceptions=True)
+    assert isinstance(first, GatewayError)
+    assert isinstance(joined, GatewayError)
+    assert joined is not first
+    assert judge_info_of(joined) is None
