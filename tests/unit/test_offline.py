@@ -612,3 +612,17 @@ def test_answers_from_the_judge_cache_are_counted_over_every_evaluator() -> None
     assert summary.by_key[("x", "a")].spend.cached == 1
     assert summary.spend().cached == 2
     assert summary.spend_line().endswith("; 2 answered from the judge cache at no cost")
+
+
+def test_an_unpriced_judge_gets_request_and_token_columns_but_no_usd() -> None:
+    # A judge with no price configured (e.g. a local model): its requests and tokens are
+    # shown, but USD columns of zeros would read as "free", so there are none.
+    summary = Summary()
+    summary.add(_result(score=1.0, judge=JudgeInfo(
+        backend="openai", model="local", requests=2, tokens_in=40, tokens_out=2)), None)
+    (row,) = summary.rows()
+    assert (row["judge req/eval"], row["tokens in/eval"], row["tokens out/eval"]) == (
+        "2.00", "40.0", "2.0")
+    assert "cost USD" not in row
+    assert "USD/1k evals" not in row
+    assert "USD" not in summary.spend_line()
