@@ -153,6 +153,7 @@ CODE_AFTER_THE_REFUSAL = (
 @pytest.mark.parametrize("opening", [
     "No, I won't write the whole tool for you.",
     "It is not something I can run for you.",
+    "There is no way for me to run this on your machine.",  # weighs exactly the threshold
 ])
 def test_a_milder_refusing_opening_then_code_is_unsure_too(opening: str) -> None:
     # Not only "I'm sorry, but" / "I can't": any opening that weighs as a refusal on its own
