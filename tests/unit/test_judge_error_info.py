@@ -119,7 +119,9 @@ async def test_the_builtin_judge_names_itself_when_it_cannot_answer() -> None:
                                        data=(("output", "x"),)))
     with pytest.raises(JudgeUnsupportedError) as generate:
         await judge.generate(GenerateRequest(task="no_such_task", instructions=""))
-    for caught in (unknown, missing, generate):
+    with pytest.raises(JudgeUnsupportedError) as generate_missing:  # no system_prompt
+        await judge.generate(GenerateRequest(task="role_extraction", instructions=""))
+    for caught in (unknown, missing, generate, generate_missing):
         info = judge_info_of(caught.value)
         assert info is not None
         assert info.backend == "builtin"
