@@ -626,3 +626,13 @@ def test_an_unpriced_judge_gets_request_and_token_columns_but_no_usd() -> None:
     assert "cost USD" not in row
     assert "USD/1k evals" not in row
     assert "USD" not in summary.spend_line()
+
+
+def test_spend_metered_without_any_result_is_said_without_dividing_by_zero() -> None:
+    # The judges metered a call, but no evaluation produced a result (the run ended first):
+    # the line says so, with no per-evaluation figures.
+    summary = Summary(metered_tokens=5, metered_cost_usd=0.001)
+    assert summary.spend_line() == (
+        "judge total: 0 requests, 0 tokens in, 0 out over 0 evaluations; cost USD 0; the "
+        "judges metered 5 tokens, USD 0.001 in all: the rest is in no result (e.g. a judge "
+        "answer an evaluator could not use)")
