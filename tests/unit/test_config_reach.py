@@ -18,6 +18,7 @@ from evalstream.app.reach import attributes_read
 from evalstream.app.worker import Worker
 from evalstream.cli import main
 from evalstream.config import InputTopic, load_settings
+from evalstream.config.judges import BuiltinJudgeConfig, CascadeJudgeConfig, judges_reached
 from evalstream.errors import ConfigError
 from evalstream.evaluators import registry
 from evalstream.events import RawRecord, TraceEvent, dump_json
@@ -393,3 +394,17 @@ def test_a_logs_input_carries_attributes_read_by_routes() -> None:
     assert (event.input, event.output, event.attributes["tenant"]) == ("q", "a", "acme")
     [planned] = pipeline.plan(event, "logs")
     assert planned.bound.route == "acme"
+
+
+@pytest.mark.timeout(10)
+def test_judges_reached_walks_nested_cascades_once_and_ends_on_a_cycle() -> None:
+    judges: dict[str, Any] = {
+        "outer": CascadeJudgeConfig(first="builtin", then="inner"),
+        "inner": CascadeJudgeConfig(first="small", then="large"),
+        "builtin": BuiltinJudgeConfig(), "unused": BuiltinJudgeConfig(),
+        # A cycle is refused when the judges are built; the walk must still end.
+        "a": CascadeJudgeConfig(then="b"), "b": CascadeJudgeConfig(then="a"),
+    }
+    assert judges_reached(judges, ["outer"]) == {"outer", "builtin", "inner", "small", "large"}
+    assert judges_reached(judges, ["a"]) == {"a", "b", "builtin"}
+    assert judges_reached(judges, []) == set()
