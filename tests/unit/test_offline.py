@@ -636,3 +636,39 @@ def test_spend_metered_without_any_result_is_said_without_dividing_by_zero() -> 
         "judge total: 0 requests, 0 tokens in, 0 out over 0 evaluations; cost USD 0; the "
         "judges metered 5 tokens, USD 0.001 in all: the rest is in no result (e.g. a judge "
         "answer an evaluator could not use)")
+
+
+def test_cost_columns_tell_cached_builtin_and_judgeless_evaluators_apart() -> None:
+    # An unpriced LLM judge (no USD columns at all), beside an evaluator answered only from
+    # its cache (zeros: it is an LLM evaluator that cost nothing), one on the builtin judge
+    # and one whose only result is an error naming no judge.
+    summary = Summary()
+    summary.add(_result(evaluator="llm", score=1.0, judge=JudgeInfo(
+        backend="openai", model="m", requests=1, tokens_in=10, tokens_out=1)), None)
+    summary.add(_result(evaluator="cached", score=1.0, judge=JudgeInfo(
+        backend="openai", model="m", cached=True)), None)
+    summary.add(_result(evaluator="local", score=1.0, judge=JudgeInfo(backend="builtin")),
+                None)
+    summary.add(_result(evaluator="nojudge", status="error", error="evaluator: x"), None)
+    columns = ("judge req/eval", "tokens in/eval", "tokens out/eval")
+    rows = {row["evaluator"]: row for row in summary.rows()}
+    assert [rows["cached"][c] for c in columns] == ["0.00", "0.0", "0.0"]
+    assert [rows["local"][c] for c in columns] == ["builtin", "-", "-"]
+    assert [rows["nojudge"][c] for c in columns] == ["-", "-", "-"]
+    assert not any("cost USD" in row or "USD/1k evals" in row for row in rows.values())
+
+
+def test_builtin_only_results_say_no_judge_cost() -> None:
+    summary = Summary()
+    summary.add(_result(score=1.0, judge=JudgeInfo(backend="builtin")), None)
+    assert summary.spend_line() == (
+        "judge cost: none (builtin judge only: it runs in-process, no requests)")
+
+
+def test_tokens_metered_beyond_the_results_are_said_for_an_unpriced_judge() -> None:
+    summary = Summary(metered_tokens=50)
+    summary.add(_result(score=1.0, judge=JudgeInfo(
+        backend="openai", model="m", requests=1, tokens_in=10, tokens_out=1)), None)
+    assert summary.spend_line().endswith(
+        "; the judges metered 50 tokens in all: the rest is in no result (e.g. a judge "
+        "answer an evaluator could not use)")
