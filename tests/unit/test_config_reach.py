@@ -408,3 +408,12 @@ def test_judges_reached_walks_nested_cascades_once_and_ends_on_a_cycle() -> None
     assert judges_reached(judges, ["outer"]) == {"outer", "builtin", "inner", "small", "large"}
     assert judges_reached(judges, ["a"]) == {"a", "b", "builtin"}
     assert judges_reached(judges, []) == set()
+
+
+def test_every_route_turned_off_before_the_last_is_said_but_not_when_all_are() -> None:
+    on, off = route("on", {"app": ["a"]}), route("paused", {"app": ["x"]}, sample_rate=0.0)
+    [said] = warnings_for(routes=[on, off, route("rest")])
+    assert said.startswith("routes[1] (paused).sample_rate: 0 turns the route off")
+    # Every route at 0: the one finding that nothing is evaluated, not one per route.
+    [said] = warnings_for(routes=[off, route("rest", sample_rate=0.0)])
+    assert said.startswith("sampling: ")
