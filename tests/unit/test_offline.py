@@ -672,3 +672,44 @@ def test_tokens_metered_beyond_the_results_are_said_for_an_unpriced_judge() -> N
     assert summary.spend_line().endswith(
         "; the judges metered 50 tokens in all: the rest is in no result (e.g. a judge "
         "answer an evaluator could not use)")
+
+
+def test_no_result_at_all_says_no_judge_was_asked() -> None:
+    assert Summary().spend_line() == "judge cost: none (no judge was asked)"
+
+
+def test_metered_spend_equal_to_the_results_adds_nothing_whatever_the_summing_order() -> None:
+    # The meters summed 0.2 + 0.1, the results 0.1 + 0.2: the same spend, a last-bit apart.
+    summary = Summary(metered_tokens=22, metered_cost_usd=0.2 + 0.1)
+    for cost in (0.1, 0.2):
+        summary.add(_result(score=1.0, judge=JudgeInfo(
+            backend="openai", model="m", requests=1, tokens_in=10, tokens_out=1,
+            cost_usd=cost)), None)
+    assert summary.spend_line() == (
+        "judge total: 2 requests, 20 tokens in, 2 out over 2 evaluations (1.00 requests, "
+        "11.0 tokens per evaluation); cost USD 0.3 (USD 150 per 1,000 evaluations)")
+
+
+def _paid(cost: float) -> EvalResult:
+    return _result(score=1.0, judge=JudgeInfo(backend="openai", model="m", requests=1,
+                                              tokens_in=10, tokens_out=1, cost_usd=cost))
+
+
+def test_the_results_spend_alone_is_priced_and_a_cost_gap_is_said() -> None:
+    # No meters (as a summary built from results only): the results' USD make it priced.
+    summary = Summary()
+    summary.add(_paid(0.01), None)
+    assert summary.spend_line().endswith("; cost USD 0.01 (USD 10 per 1,000 evaluations)")
+    # Same tokens, half as much USD again metered (a call whose cost is in no result).
+    summary = Summary(metered_tokens=11, metered_cost_usd=0.015)
+    summary.add(_paid(0.01), None)
+    assert summary.spend_line().endswith(
+        "; the judges metered 11 tokens, USD 0.015 in all: the rest is in no result (e.g. a "
+        "judge answer an evaluator could not use)")
+    # An unpriced judge whose meters match its results: nothing more to say.
+    summary = Summary(metered_tokens=22)
+    summary.add(_paid(0.0), None)
+    summary.add(_paid(0.0), None)
+    assert summary.spend_line() == (
+        "judge total: 2 requests, 20 tokens in, 2 out over 2 evaluations (1.00 requests, "
+        "11.0 tokens per evaluation)")
