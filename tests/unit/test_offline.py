@@ -679,15 +679,17 @@ def test_no_result_at_all_says_no_judge_was_asked() -> None:
 
 
 def test_metered_spend_equal_to_the_results_adds_nothing_whatever_the_summing_order() -> None:
-    # The meters summed 0.2 + 0.1, the results 0.1 + 0.2: the same spend, a last-bit apart.
-    summary = Summary(metered_tokens=22, metered_cost_usd=0.2 + 0.1)
-    for cost in (0.1, 0.2):
+    # The meters summed 0.1 + 0.2 + 0.3 (0.6000000000000001), the results 0.3 + 0.2 + 0.1
+    # (0.6): the same spend, the last bit apart.
+    summary = Summary(metered_tokens=33, metered_cost_usd=0.1 + 0.2 + 0.3)
+    for cost in (0.3, 0.2, 0.1):
         summary.add(_result(score=1.0, judge=JudgeInfo(
             backend="openai", model="m", requests=1, tokens_in=10, tokens_out=1,
             cost_usd=cost)), None)
+    assert summary.metered_cost_usd > summary.spend().cost_usd
     assert summary.spend_line() == (
-        "judge total: 2 requests, 20 tokens in, 2 out over 2 evaluations (1.00 requests, "
-        "11.0 tokens per evaluation); cost USD 0.3 (USD 150 per 1,000 evaluations)")
+        "judge total: 3 requests, 30 tokens in, 3 out over 3 evaluations (1.00 requests, "
+        "11.0 tokens per evaluation); cost USD 0.6 (USD 200 per 1,000 evaluations)")
 
 
 def _paid(cost: float) -> EvalResult:
