@@ -38,11 +38,11 @@ __all__ = ["TASKS", "VERSION", "BuiltinJudge"]
 #: it reads text. Bump it in any change after which the same request can get a different
 #: answer: it is part of the result id of every evaluator judged by it (directly or in a
 #: cascade), so a re-score after an upgrade gets new ids, and it shows in results as
-#: ``judge.model`` (``builtin-v2``). At ``"1"`` it adds nothing to result ids (ids from
+#: ``judge.model`` (``builtin-v3``). At ``"1"`` it adds nothing to result ids (ids from
 #: before it existed stay the same). Letters, digits, ``.``, ``_``, ``-``.
 #: ``tests/unit/test_builtin_version.py`` pins the judge's answers to a fixed set of
 #: requests against it, so a change of scores without a bump fails there.
-VERSION = "2"
+VERSION = "3"
 
 Scorer = Callable[[JudgeRequest], tuple[dict[str, float], str]]
 
