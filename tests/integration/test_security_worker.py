@@ -88,11 +88,13 @@ async def test_no_secret_or_content_escapes_the_worker(
                  dump_json({"output": {MARK: 1}, "event_id": MARK}),
                  b"\xff" + MARK.encode()]
     async with serving(Gateway(distribution={"no": 0.8, "yes": 0.2})) as server:
-        url = server.url.replace("http://", f"http://bob:{URL_PASSWORD}@")
+        # From the environment, like the headers: a password written in the file is refused.
+        monkeypatch.setenv("EVALSTREAM_JUDGES__LLM__BASE_URL", server.url.replace(
+            "http://", f"http://bob:{URL_PASSWORD}@"))
         data = config_dict(
             broker.bootstrap, topics,
             logging={"level": "DEBUG"},
-            judges={"llm": {"type": "openai", "base_url": url, "model": "m",
+            judges={"llm": {"type": "openai", "base_url": server.url, "model": "m",
                             "api_key_env": "SEC_INT_KEY", "api_key_header": "api-key",
                             "max_retries": 0, "timeout_s": 5, "deadline_s": 10,
                             "circuit_failures": 100}},
