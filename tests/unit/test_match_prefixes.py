@@ -13,6 +13,9 @@ from evalstream.config import Accepted, EvaluatorSpec, MatchRule, Route, load_se
 from evalstream.errors import ConfigError
 from evalstream.events import TraceEvent
 from evalstream.routing import Router, matches
+from tests.unit.test_config_reach import (
+    test_a_route_shadowed_by_an_earlier_one_is_refused as check_shadowed,
+)
 
 SPEC = [EvaluatorSpec(evaluator="refusal")]
 
@@ -127,12 +130,9 @@ def test_covers_is_exact_for_values_and_conservative_for_prefixes(
 ])
 def test_a_route_a_prefix_shadows_is_refused(earlier: dict[str, Any],
                                              later: dict[str, Any]) -> None:
-    routes = [route("wide", earlier), route("narrow", later)]
-    with pytest.raises(ConfigError, match=r"routes\[1\] \(narrow\) is unreachable.*"
-                                          r"routes\[0\] \(wide\)"):
-        load_settings(None, routes=routes)
-    load_settings(None, routes=routes[::-1])
-    load_settings(None, routes=routes, worker={"routing": "all"})
+    # The same checks as for exact values: refused in this order only, and with
+    # ``routing: first`` only.
+    check_shadowed(earlier, later)
 
 
 @pytest.mark.parametrize(("earlier", "later"), [
