@@ -21,26 +21,23 @@ def _present(event: TraceEvent, name: str) -> bool:
 def matches(rule: MatchRule, event: TraceEvent, topic: str) -> bool:
     """Whether ``event`` (read from ``topic``) satisfies every condition of ``rule``.
 
-    Runs for every route an event is tried on: each field is a set lookup, plus one
+    Runs for every route a sampled event is tried on: each field is a set lookup, plus one
     ``str.startswith`` over a tuple only when the field lists prefixes (``gpt-4o-mini*``).
     The accepted values are parsed once per rule (``MatchRule.accepted_*``).
     """
     accepted = rule.accepted_app
     if accepted is not None:
         app = event.app
-        if app is None or not (app in accepted.exact or (
-                accepted.prefixes and app.startswith(accepted.prefixes))):
+        if app is None or not accepted.accepts(app):
             return False
     accepted = rule.accepted_topic
-    if accepted is not None and not (topic in accepted.exact or (
-            accepted.prefixes and topic.startswith(accepted.prefixes))):
+    if accepted is not None and not accepted.accepts(topic):
         return False
     if rule.attributes:
         attributes = event.attributes
         for key, accepted in rule.accepted_attributes:
             value = attributes.get(key)
-            if value is None or not (value in accepted.exact or (
-                    accepted.prefixes and value.startswith(accepted.prefixes))):
+            if value is None or not accepted.accepts(value):
                 return False
     # A loop, not ``all(generator)``: building the generator cost more than the rest of
     # the checks, paid per route per event.
