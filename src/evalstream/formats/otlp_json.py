@@ -26,7 +26,7 @@ from evalstream.formats.genai import (
 from evalstream.formats.genai_messages import AttrGetter, BadSpanError
 from evalstream.formats.span_view import Attrs, Options, Resource, SpanView
 
-__all__ = ["any_value", "decode", "hex_id", "make_decoder"]
+__all__ = ["any_value", "decode", "hex_id", "make_decoder", "resource_entries"]
 
 
 def _bool(value: Any) -> bool:
@@ -144,11 +144,39 @@ def _count_spans(resource_spans: Any) -> int:
         return 1
 
 
-def _scope_count(resource_spans: Any) -> int:
-    """How many scopes one ``resourceSpans`` entry holds (0 when malformed: the walk counts
-    those as bad spans)."""
-    scopes = resource_spans.get("scopeSpans") if isinstance(resource_spans, dict) else None
-    return len(scopes) if isinstance(scopes, list) else 0
+def resource_entries(value: bytes | str, signal: str, what: str = "") -> list[Any]:
+    """The ``resource<Signal>`` list of an OTLP/JSON document, its walk bounded.
+
+    Shared by the traces and the logs decoders: ``signal`` is ``"Spans"`` or ``"Logs"``
+    (``resourceSpans`` holding ``scopeSpans``), ``what`` a word for messages (``" logs"``).
+
+    Raises:
+        DecodeError: ``invalid_json`` when the bytes are not JSON, ``not_otlp`` when the
+            JSON is no such batch (an object without the list, or with another value
+            there), ``too_many_containers`` past :data:`~.genai.MAX_CONTAINERS_PER_MESSAGE`.
+    """
+    key, scopes_key = f"resource{signal}", f"scope{signal}"
+    try:
+        doc = load_json(value)
+    except ValueError as exc:
+        raise DecodeError("invalid_json", f"not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise DecodeError("not_otlp", f"OTLP/JSON{what} must be an object with {key}")
+    entries = doc.get(key)
+    if entries is None and doc:
+        raise DecodeError("not_otlp", f"JSON object without {key}")
+    if entries is not None and not isinstance(entries, list):
+        raise DecodeError("not_otlp", f"{key} is not a list")
+    if not entries:
+        return []
+
+    def scope_count(entry: Any) -> int:
+        # 0 when malformed: the walk counts those entries as bad.
+        scopes = entry.get(scopes_key) if isinstance(entry, dict) else None
+        return len(scopes) if isinstance(scopes, list) else 0
+
+    check_containers(len(entries), map(scope_count, entries))
+    return entries
 
 
 def decode(value: bytes | str, options: Options,
@@ -160,22 +188,10 @@ def decode(value: bytes | str, options: Options,
             JSON is not a trace batch (no ``resourceSpans`` list), ``too_many_containers``
             past :data:`~.genai.MAX_CONTAINERS_PER_MESSAGE`.
     """
-    try:
-        doc = load_json(value)
-    except ValueError as exc:
-        raise DecodeError("invalid_json", f"not valid JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise DecodeError("not_otlp", "OTLP/JSON must be an object with resourceSpans")
-    resource_spans = doc.get("resourceSpans")
-    if resource_spans is None and doc:
-        raise DecodeError("not_otlp", "JSON object without resourceSpans")
-    if resource_spans is not None and not isinstance(resource_spans, list):
-        raise DecodeError("not_otlp", "resourceSpans is not a list")
-    if resource_spans:
-        check_containers(len(resource_spans), map(_scope_count, resource_spans))
+    resource_spans = resource_entries(value, "Spans")
     builder = BatchBuilder(options, record_timestamp_ms)
     add = builder.add
-    for rs in resource_spans or ():
+    for rs in resource_spans:
         try:
             scope_spans = [ss.get("spans") or () for ss in rs.get("scopeSpans") or ()]
             spans = [span for group in scope_spans for span in group]

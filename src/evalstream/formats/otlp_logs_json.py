@@ -11,12 +11,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from evalstream.config import InputTopic
-from evalstream.errors import DecodeError
-from evalstream.events import load_json
 from evalstream.formats.base import Decoded, Decoder
-from evalstream.formats.genai import BatchBuilder, check_containers, record_decoder
+from evalstream.formats.genai import BatchBuilder, record_decoder
 from evalstream.formats.genai_messages import BadSpanError
-from evalstream.formats.otlp_json import any_value, hex_id
+from evalstream.formats.otlp_json import any_value, hex_id, resource_entries
 from evalstream.formats.otlp_logs import GENAI_EVENTS, Records
 from evalstream.formats.span_view import Attrs, Options, Resource
 
@@ -60,11 +58,6 @@ def _add_record(records: Records, record: Any, resource: Resource) -> None:
     records.add(trace_id, span_id, name, attrs, record.get("body"), ns, resource)
 
 
-def _scope_count(resource_logs: Any) -> int:
-    scopes = resource_logs.get("scopeLogs") if isinstance(resource_logs, dict) else None
-    return len(scopes) if isinstance(scopes, list) else 0
-
-
 def decode(value: bytes | str, options: Options,
            record_timestamp_ms: int | None = None) -> Decoded:
     """Decode one OTLP/JSON ``LogsData`` / ``ExportLogsServiceRequest``.
@@ -74,22 +67,10 @@ def decode(value: bytes | str, options: Options,
             JSON is not a log batch (no ``resourceLogs`` list: a trace batch is not one),
             ``too_many_containers`` past :data:`~.genai.MAX_CONTAINERS_PER_MESSAGE`.
     """
-    try:
-        doc = load_json(value)
-    except ValueError as exc:
-        raise DecodeError("invalid_json", f"not valid JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise DecodeError("not_otlp", "OTLP/JSON logs must be an object with resourceLogs")
-    resource_logs = doc.get("resourceLogs")
-    if resource_logs is None and doc:
-        raise DecodeError("not_otlp", "JSON object without resourceLogs")
-    if resource_logs is not None and not isinstance(resource_logs, list):
-        raise DecodeError("not_otlp", "resourceLogs is not a list")
-    if resource_logs:
-        check_containers(len(resource_logs), map(_scope_count, resource_logs))
+    resource_logs = resource_entries(value, "Logs", " logs")
     builder = BatchBuilder(options, record_timestamp_ms)
     records = Records(builder, any_value)
-    for rl in resource_logs or ():
+    for rl in resource_logs:
         try:
             found = [r for sl in rl.get("scopeLogs") or () for r in sl.get("logRecords") or ()]
         except _MALFORMED:
