@@ -267,10 +267,15 @@ class BatchBuilder:
                         out[key] = text
         return out
 
+    def skip(self, reason: str, count: int = 1) -> None:
+        """Count ``count`` spans (or what a decoder reads as one: a log record, a call's
+        records) seen but not made into events, as ``reason``."""
+        self.spans += count
+        self.skipped[reason] += count
+
     def add_bad(self, count: int = 1) -> None:
         """Count spans (or containers of spans) too malformed to look at."""
-        self.spans += count
-        self.skipped["bad_span"] += count
+        self.skip("bad_span", count)
 
     def room(self) -> int:
         """How many more spans may be added before :data:`MAX_SPANS_PER_MESSAGE`."""
@@ -279,8 +284,7 @@ class BatchBuilder:
     def add_excess(self, count: int) -> None:
         """Count ``count`` spans past :data:`MAX_SPANS_PER_MESSAGE`, not looked at."""
         if count > 0:
-            self.spans += count
-            self.skipped["too_many_spans"] += count
+            self.skip("too_many_spans", count)
 
     def _nested_calls(self) -> set[tuple[str, tuple[str, str | None, str | None]]]:
         """(parent span id, call key) of each chat span whose parent is in this message: a

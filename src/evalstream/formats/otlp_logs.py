@@ -153,10 +153,8 @@ class Records:
     def skip(self, reason: str, count: int = 1) -> None:
         """Count ``count`` records not made into events, as ``reason``."""
         self.records += count
-        builder = self._builder
-        builder.skipped[reason] += count
         # Seen, so the message is not counted as an empty batch.
-        builder.spans += count
+        self._builder.skip(reason, count)
 
     def add(self, trace_id: str, span_id: str, name: str, attrs: dict[str, Any], body: Any,
             ns: int, resource: Resource) -> None:
@@ -175,7 +173,6 @@ class Records:
         builder = self._builder
         for group, resource in self._groups.values():
             if group.partial() and not group.failed():
-                builder.spans += 1
-                builder.skipped["partial_call"] += 1
+                builder.skip("partial_call")
             else:
                 builder.add(group, resource)
