@@ -86,7 +86,16 @@ def test_bad_base_url_error_does_not_echo_credentials() -> None:
                            "api_key": "hunter2"}}}, "judges.g.api_key: set judges.g.api_key_env"),
         ({"judges": {"g": {"type": "openai", "base_url": "https://bob:hunter2@gw/v1",
                            "model": "m"}}},
-         "judges.g.base_url: holds a password; set EVALSTREAM_JUDGES__G__BASE_URL"),
+         "judges.g.base_url: holds user info (user@ or user:password@, and gateways may take "
+         "the key as the user name); set EVALSTREAM_JUDGES__G__BASE_URL"),
+        # Some gateways take the key as the user name: a bare user@ is as secret.
+        ({"judges": {"g": {"type": "openai", "base_url": "https://hunter2@gateway.example/v1",
+                           "model": "m"}}},
+         "judges.g.base_url: holds user info"),
+        # One urlsplit cannot parse (an unclosed IPv6 bracket) is checked all the same.
+        ({"judges": {"g": {"type": "openai", "base_url": "https://hunter2@[::1/v1",
+                           "model": "m"}}},
+         "judges.g.base_url: holds user info"),
         ({"judges": {"g": {"type": "openai", "base_url": "http://x", "model": "m",
                            "headers": {"X-Org": "o", "X-Goog-Api-Key": "hunter2"}}}},
          "judges.g.headers ['X-Goog-Api-Key']: a key; set api_key_env with api_key_header"),
@@ -110,10 +119,10 @@ def test_inline_secrets_in_the_file_are_refused(
 
 
 def test_what_is_no_secret_stays_accepted_in_the_file(tmp_path: Path) -> None:
-    """A user name alone, headers such as OpenAI-Organization, an api-version."""
+    """Headers such as OpenAI-Organization, an api-version, an ``@`` past the authority."""
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({"judges": {"g": {
-        "type": "openai", "base_url": "https://bob@gw/v1", "model": "m",
+        "type": "openai", "base_url": "https://gw/v1/@team", "model": "m",
         "headers": {"OpenAI-Organization": "org-1", "anthropic-version": "1"},
         "query": {"api-version": "2024-06-01"}}}}), encoding="utf-8")
     judge = load_settings(path).judges["g"]
@@ -133,6 +142,24 @@ def test_the_same_secrets_from_the_environment_are_accepted(
     key = settings.judges["g"].api_key  # type: ignore[union-attr]
     assert key is not None
     assert key.get_secret_value() == "key-from-env"
+
+
+def test_a_user_name_in_base_url_comes_from_the_environment_and_is_masked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A gateway that takes the key as the URL's user name: the file has the URL without
+    it, EVALSTREAM_JUDGES__G__BASE_URL the whole of it, and check-config masks the key."""
+    path = tmp_path / "c.yaml"
+    path.write_text("judges:\n  g: {type: openai, base_url: 'https://gateway.example/v1', "
+                    "model: m}\n", encoding="utf-8")
+    monkeypatch.setenv("EVALSTREAM_JUDGES__G__BASE_URL", "https://sk-abc123@gateway.example/v1")
+    judge = load_settings(path).judges["g"]
+    assert judge.base_url == "https://sk-abc123@gateway.example/v1"  # type: ignore[union-attr]
+    assert main(["check-config", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert "sk-abc123" not in captured.out + captured.err
+    printed = yaml.safe_load(captured.out)["judges"]["g"]["base_url"]
+    assert printed == "https://**********@gateway.example/v1"
 
 
 @pytest.mark.parametrize("header", [

@@ -11,7 +11,6 @@ import os
 import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import yaml
 from pydantic import SecretStr, ValidationError
@@ -255,8 +254,8 @@ _QUERY_KEY_NAME = re.compile(f"{_KEY_NAME.pattern}|^(?i:sig|code)$")
 
 def _judge_secrets(name: str, judge: dict[str, Any]) -> list[str]:
     """What judge ``name``'s entry in the file holds that is a secret, each with where it
-    belongs. A gateway key in ``headers`` or ``query`` (``X-Goog-Api-Key``, ``?key=``) and a
-    password in ``base_url`` are as secret as ``api_key``; check-config masks them, but the
+    belongs. A gateway key in ``headers`` or ``query`` (``X-Goog-Api-Key``, ``?key=``) and
+    user info in ``base_url`` are as secret as ``api_key``; check-config masks them, but the
     file they are written in is still a ConfigMap or a repository."""
     env = f"EVALSTREAM_JUDGES__{name.upper()}__"
     found: list[str] = []
@@ -264,9 +263,10 @@ def _judge_secrets(name: str, judge: dict[str, Any]) -> list[str]:
         found.append(f"judges.{name}.api_key: set judges.{name}.api_key_env (the name "
                      f"of an environment variable) or api_key_file instead")
     base_url = judge.get("base_url")
-    if isinstance(base_url, str) and _has_password(base_url):
-        found.append(f"judges.{name}.base_url: holds a password; set {env}BASE_URL instead, "
-                     f"or send the key with api_key_env and api_key_header")
+    if isinstance(base_url, str) and _has_userinfo(base_url):
+        found.append(f"judges.{name}.base_url: holds user info (user@ or user:password@, "
+                     f"and gateways may take the key as the user name); set {env}BASE_URL "
+                     f"instead, or send the key with api_key_env and api_key_header")
     for field, names in (("headers", _KEY_NAME), ("query", _QUERY_KEY_NAME)):
         values = judge.get(field)
         if isinstance(values, dict):
@@ -280,14 +280,17 @@ def _judge_secrets(name: str, judge: dict[str, Any]) -> list[str]:
     return found
 
 
-def _has_password(url: str) -> bool:
-    """Whether ``url`` carries ``user:password@`` (a bare ``user@`` is no secret)."""
-    try:
-        netloc = urlsplit(url).netloc
-    except ValueError:  # the judge's own validation reports an unparseable URL
-        return False
-    userinfo, at, _ = netloc.rpartition("@")
-    return bool(at) and ":" in userinfo
+#: A URL's authority: what follows ``scheme://`` up to its path, query or fragment (as
+#: httpx splits it). Matched as text, so a URL urlsplit cannot parse (``[::1`` unclosed)
+#: is still checked; the judge's own validation then reports what is wrong with it.
+_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)")
+
+
+def _has_userinfo(url: str) -> bool:
+    """Whether ``url`` carries user info, ``user:password@`` or a bare ``user@``: gateways
+    that take the key as the user name (``https://KEY@host``) make either a secret."""
+    match = _AUTHORITY.match(url)
+    return match is not None and bool(match.group(1).rpartition("@")[0])
 
 
 def _env_names(field: str) -> list[str]:
