@@ -179,9 +179,29 @@ def test_a_header_that_only_contains_a_secret_word_is_accepted(
 
 
 @pytest.mark.parametrize("name", [
+    "Idempotency-Key", "X-Idempotency-Key", "idempotency_key", "IdempotencyKey",
+    "Cache-Key", "X-Cache-Key", "cf-aig-cache-key", "cache_key"])
+def test_a_key_that_identifies_a_request_or_cache_entry_is_accepted(
+        name: str, tmp_path: Path) -> None:
+    """An idempotency key and a cache key are ids, not credentials: refused for their
+    "Key" before (checked: each refused without the fix), in headers and query alike."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"judges": {"g": {
+        "type": "openai", "base_url": "http://x/v1", "model": "m",
+        "headers": {name: "v"}, "query": {name: "v"}}}}), encoding="utf-8")
+    judge = load_settings(path).judges["g"]
+    assert judge.headers == {name: "v"}  # type: ignore[union-attr]
+    assert judge.query == {name: "v"}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("name", [
     "x-portkey-api-key", "x-portkey-virtual-key", "Helicone-Auth", "X-Auth-Token",
     "accessToken", "apiKey", "APIKEY", "authtoken", "client_secret", "Proxy-Authorization",
-    "X-Amz-Security-Token", "db_password", "Private-Token", "X-Api-Key-Id"])
+    "X-Amz-Security-Token", "db_password", "Private-Token", "X-Api-Key-Id",
+    "X-Api-Key", "api-key", "X-Goog-Api-Key", "Ocp-Apim-Subscription-Key",
+    "cf-aig-authorization",
+    # Only the trailing idempotency or cache key is no credential: the rest still counts.
+    "X-Auth-Cache-Key", "Cache-Key-Secret", "Nocache-Key", "Idempotency-Token"])
 def test_a_header_or_query_named_as_a_key_is_refused(name: str, tmp_path: Path) -> None:
     for field in ("headers", "query"):
         path = tmp_path / "c.yaml"

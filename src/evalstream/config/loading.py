@@ -250,6 +250,17 @@ _KEY_NAME = re.compile(
 #: A query parameter also holds a key under Azure's names: a SAS token's signature
 #: (``sig``) and an Azure Functions key (``code``).
 _QUERY_KEY_NAME = re.compile(f"{_KEY_NAME.pattern}|^(?i:sig|code)$")
+#: A name's last words when its "key" identifies something rather than grants access: an
+#: idempotency key (the ``Idempotency-Key`` header of an IETF draft: a retried request's
+#: id) or a cache key (``cf-aig-cache-key``, Cloudflare AI Gateway's). They are cut off
+#: before the check, so the rest of the name still counts (``X-Auth-Cache-Key``: "Auth").
+_NOT_A_CREDENTIAL = re.compile(
+    r"(?:^|(?<=[^A-Za-z0-9])|(?<=[a-z])(?=[A-Z]))(?i:idempotency|cache)[-_]?(?i:key)$")
+
+
+def _names_a_key(name: str, pattern: re.Pattern[str]) -> bool:
+    """Whether header or query parameter ``name`` says it holds a key (``pattern``)."""
+    return pattern.search(_NOT_A_CREDENTIAL.sub("", name)) is not None
 
 
 def _judge_secrets(name: str, judge: dict[str, Any]) -> list[str]:
@@ -270,7 +281,7 @@ def _judge_secrets(name: str, judge: dict[str, Any]) -> list[str]:
     for field, names in (("headers", _KEY_NAME), ("query", _QUERY_KEY_NAME)):
         values = judge.get(field)
         if isinstance(values, dict):
-            secret = sorted(str(k) for k in values if names.search(str(k)))
+            secret = sorted(str(k) for k in values if _names_a_key(str(k), names))
             if secret:
                 # One key fits api_key_header; a query parameter has no such setting.
                 header = ("api_key_env with api_key_header (one header), or "
