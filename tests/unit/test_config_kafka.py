@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.abc import AbstractTokenProvider
 
 from evalstream.config import KafkaSettings, load_settings
 from evalstream.errors import ConfigError
@@ -47,6 +48,28 @@ def test_sasl_credentials_may_come_as_aiokafka_extras(monkeypatch: pytest.Monkey
 def test_oauthbearer_needs_a_token_provider() -> None:
     with pytest.raises(ConfigError, match="sasl_oauth_token_provider"):
         load_settings(None, kafka={**SASL, "sasl_mechanism": "OAUTHBEARER"})
+
+
+class _Tokens(AbstractTokenProvider):
+    async def token(self) -> str:
+        return "t"
+
+
+def test_oauthbearer_token_provider_must_be_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A token as text (it can come from EVALSTREAM_KAFKA__EXTRA) passed check-config and
+    crashed the worker with aiokafka's ValueError when it connected; refused at load now,
+    without echoing it. Checked: no ConfigError without the fix."""
+    oauth = {**SASL, "sasl_mechanism": "OAUTHBEARER"}
+    monkeypatch.setenv("EVALSTREAM_KAFKA__EXTRA", '{"sasl_oauth_token_provider": "eyJ-tok"}')
+    with pytest.raises(ConfigError, match=r"AbstractTokenProvider, set from Python, not a str"
+                       ) as info:
+        load_settings(None, kafka=oauth)
+    assert "eyJ-tok" not in str(info.value)
+    monkeypatch.delenv("EVALSTREAM_KAFKA__EXTRA")
+    provider = _Tokens()
+    settings = load_settings(None, kafka={**oauth,
+                                          "extra": {"sasl_oauth_token_provider": provider}})
+    assert settings.kafka.client_options("consumer")["sasl_oauth_token_provider"] is provider
 
 
 def test_empty_password_file_is_an_error(tmp_path: Path) -> None:

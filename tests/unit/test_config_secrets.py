@@ -82,6 +82,10 @@ def test_bad_base_url_error_does_not_echo_credentials() -> None:
         ({"kafka": {"sasl_password": "hunter2"}}, "kafka.sasl_password: set EVALSTREAM_KAFKA__"),
         ({"kafka": {"extra": {"sasl_plain_password": "hunter2"}}},
          "kafka.extra.sasl_plain_password"),
+        # Whatever the mechanism: a token written in the file is one.
+        ({"kafka": {"extra": {"sasl_oauth_token_provider": "hunter2"}}},
+         "kafka.extra.sasl_oauth_token_provider: an aiokafka AbstractTokenProvider, given "
+         "from Python"),
         ({"judges": {"g": {"type": "openai", "base_url": "http://x", "model": "m",
                            "api_key": "hunter2"}}}, "judges.g.api_key: set judges.g.api_key_env"),
         ({"judges": {"g": {"type": "openai", "base_url": "https://bob:hunter2@gw/v1",

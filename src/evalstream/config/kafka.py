@@ -123,6 +123,14 @@ def _accepted(client: Client) -> frozenset[str]:
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name != "loop")
 
 
+def _is_token_provider(value: object) -> bool:
+    """Whether ``value`` is an aiokafka OAUTHBEARER token provider (imported lazily, as in
+    ``_accepted``: only OAUTHBEARER configs pay for it)."""
+    from aiokafka.abc import AbstractTokenProvider
+
+    return isinstance(value, AbstractTokenProvider)
+
+
 class KafkaSettings(Section):
     """How to reach the cluster. Security options are passed through to aiokafka."""
 
@@ -250,9 +258,12 @@ class KafkaSettings(Section):
                     and not self.extra.get("sasl_plain_password")):
                 raise ValueError(f"sasl_mechanism {self.sasl_mechanism} needs a password: set "
                                  f"EVALSTREAM_KAFKA__SASL_PASSWORD or sasl_password_file")
-        elif "sasl_oauth_token_provider" not in self.extra:
-            raise ValueError("sasl_mechanism OAUTHBEARER needs extra.sasl_oauth_token_provider "
-                             "(an aiokafka AbstractTokenProvider, set from Python)")
+        elif not _is_token_provider(provider := self.extra.get("sasl_oauth_token_provider")):
+            # Anything else (a token as text, from EVALSTREAM_KAFKA__EXTRA) passed
+            # check-config and crashed the worker with a ValueError when it connected.
+            given = "" if provider is None else f", not a {type(provider).__name__}"
+            raise ValueError(f"sasl_mechanism OAUTHBEARER needs extra.sasl_oauth_token_provider "
+                             f"(an aiokafka AbstractTokenProvider, set from Python{given})")
         return self
 
     def check_clients(self) -> None:

@@ -210,6 +210,20 @@ def _refuse_undecodable_variables() -> None:
             raise ConfigError(f"environment: {_printable(name)} is not valid UTF-8 text")
 
 
+#: aiokafka options that are credentials, refused in the file's ``kafka.extra``, with where
+#: each belongs. Its other options are no secrets (``sasl_plain_username``, as
+#: ``kafka.sasl_username``; the Kerberos service and domain names; ``transactional_id``),
+#: and TLS is configured with file paths only (``ssl_context`` is the worker's own).
+_EXTRA_SECRETS = {
+    "sasl_plain_password": "set EVALSTREAM_KAFKA__SASL_PASSWORD or kafka.sasl_password_file "
+                           "instead",
+    # An object that fetches tokens: what a file can hold here is a token itself, which
+    # aiokafka refuses only when the worker connects.
+    "sasl_oauth_token_provider": "an aiokafka AbstractTokenProvider, given from Python "
+                                 "(load_settings(kafka=...)), never a token in the file",
+}
+
+
 def _refuse_inline_secrets(data: dict[str, Any], path: Path | str) -> None:
     """Secrets come from the environment or files only: a config file is not a secret store.
 
@@ -223,9 +237,9 @@ def _refuse_inline_secrets(data: dict[str, Any], path: Path | str) -> None:
             found.append("kafka.sasl_password: set EVALSTREAM_KAFKA__SASL_PASSWORD or "
                          "kafka.sasl_password_file instead")
         extra = kafka.get("extra")
-        if isinstance(extra, dict) and extra.get("sasl_plain_password") is not None:
-            found.append("kafka.extra.sasl_plain_password: set "
-                         "EVALSTREAM_KAFKA__SASL_PASSWORD or kafka.sasl_password_file instead")
+        if isinstance(extra, dict):
+            found.extend(f"kafka.extra.{name}: {where}" for name, where in _EXTRA_SECRETS.items()
+                         if extra.get(name) is not None)
     judges = data.get("judges")
     if isinstance(judges, dict):
         for name, judge in judges.items():
