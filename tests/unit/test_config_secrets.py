@@ -76,6 +76,39 @@ def test_bad_base_url_error_does_not_echo_credentials() -> None:
     assert "ftp://**********@host/x" in str(info.value)
 
 
+def test_a_query_in_base_url_is_masked_in_errors() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, judges={"llm": {"type": "openai", "model": "m",
+                                            "base_url": "ftp://host/x?key=s3cret"}})
+    assert "s3cret" not in str(info.value)
+    assert "ftp://host/x?**********" in str(info.value)
+
+
+@pytest.mark.parametrize("base_url", ["https://gw.example/v1?key=s3cret",
+                                      "https://gw.example/v1/?api-version=1&key=s3cret",
+                                      "https://gw.example/v1?"])
+@pytest.mark.parametrize("source", ["file", "env"])
+def test_a_query_in_base_url_is_refused_naming_the_query_setting(
+        base_url: str, source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """httpx joins the request path onto the query: requests went to .../v1 itself, and
+    check-config printed a ``?key=`` in it unmasked. Refused from either source (it never
+    worked), without echoing it. Checked: accepted without the fix."""
+    path = tmp_path / "c.yaml"
+    in_file = base_url if source == "file" else "https://gw.example/v1"
+    path.write_text(yaml.safe_dump({"judges": {"g": {"type": "openai", "model": "m",
+                                                     "base_url": in_file}}}), encoding="utf-8")
+    if source == "env":
+        monkeypatch.setenv("EVALSTREAM_JUDGES__G__BASE_URL", base_url)
+    with pytest.raises(ConfigError, match=r"judges\.g: .*base_url has a query .* under `query`"
+                       ) as info:
+        load_settings(path)
+    assert "s3cret" not in str(info.value)
+    assert main(["check-config", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert "s3cret" not in captured.out + captured.err
+
+
 @pytest.mark.parametrize(
     ("section", "needle"),
     [

@@ -30,15 +30,19 @@ MASK = "**********"
 
 
 def redact_url(url: str) -> str:
-    """``url`` with any ``user:password@`` replaced by the mask, for printing."""
+    """``url`` with any ``user:password@`` and any query (``?key=...``) replaced by the
+    mask, for printing."""
     try:
         parts = urlsplit(url)
     except ValueError:  # e.g. an unbalanced IPv6 bracket: print nothing of it
         return MASK
-    if "@" not in parts.netloc:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{MASK}@{host}"))
+    if "@" not in parts.netloc and not parts.query:
+        return url  # as written (urlunsplit would normalise it)
+    if "@" in parts.netloc:
+        parts = parts._replace(netloc=f"{MASK}@{parts.netloc.rpartition('@')[2]}")
+    if parts.query:
+        parts = parts._replace(query=MASK)
+    return urlunsplit(parts)
 
 
 def _url_problem(url: str) -> str | None:
@@ -76,6 +80,13 @@ def _endpoint_in_url(url: str) -> str | None:
 
     path = httpx.URL(url).path.rstrip("/").lower()
     return next((f"/{p}" for p in ENDPOINT_PATHS.values() if path.endswith(f"/{p}")), None)
+
+
+def _has_query(url: str) -> bool:
+    """Whether ``url`` has a query, even an empty one (``...v1?``)."""
+    import httpx
+
+    return b"?" in httpx.URL(url).raw_path
 
 
 def header_safe(text: str) -> bool:
@@ -168,6 +179,13 @@ class OpenAIJudgeConfig(Section):
             # Caught here, it is a config error (exit 2), not an httpx traceback at start-up.
             raise ValueError(f"base_url is not a usable URL: {problem} "
                              f"(got {redact_url(self.base_url)!r})")
+        if _has_query(self.base_url):
+            # httpx joins the request path onto base_url's query, not its path: requests
+            # went to the base path itself, the query mangled (or replaced by `query`), and
+            # check-config printed it unmasked. Never echoed: gateways take keys as ?key=.
+            raise ValueError("base_url has a query (?...), which the judge cannot send: put "
+                             "its parameters under `query` (a key among them set with "
+                             "EVALSTREAM_JUDGES__<NAME>__QUERY as JSON)")
         endpoint = _endpoint_in_url(self.base_url)
         if endpoint is not None:
             # The judge adds the endpoint's path itself: every request went to
