@@ -25,9 +25,11 @@ __all__ = [
     "EvalResult",
     "JudgeInfo",
     "Message",
+    "ProbabilitySource",
     "RawRecord",
     "Record",
     "TraceEvent",
+    "combine_sources",
     "dump_json",
     "eval_result_json_schema",
     "load_json",
@@ -38,8 +40,9 @@ __all__ = [
 
 #: The version of the published contracts (``EvalResult``, ``Alert``; the ``schema_version``
 #: field and header). Minor: fields added (1.1: ``EvalResult.evaluator_version``; 1.2:
-#: ``canary`` and ``gold``); major: a field removed, renamed or retyped.
-SCHEMA_VERSION = "1.2"
+#: ``canary`` and ``gold``; 1.3: ``judge.probabilities_from``); major: a field removed,
+#: renamed or retyped.
+SCHEMA_VERSION = "1.3"
 
 #: The event attribute that marks a canary: an event with a known answer, injected to check
 #: the judge inside the stream. ``"true"`` makes the event a canary: it is evaluated whatever
@@ -187,6 +190,21 @@ class TraceEvent(BaseModel):
     timestamp: datetime | None = None
 
 
+#: How an LLM judge gave an answer's probabilities (``JudgeInfo.probabilities_from``).
+ProbabilitySource = Literal["logprobs", "json", "mixed"]
+
+
+def combine_sources(first: ProbabilitySource | None,
+                    second: ProbabilitySource | None) -> ProbabilitySource | None:
+    """How two answers that make one score gave their probabilities, together: the one
+    way both used, ``mixed`` when they differ, None when neither came from an LLM."""
+    if first is None or first == second:
+        return second
+    if second is None:
+        return first
+    return "mixed"
+
+
 class JudgeInfo(BaseModel):
     """Which judge produced a score and what it cost."""
 
@@ -204,6 +222,13 @@ class JudgeInfo(BaseModel):
     #: A cascade kept its first judge's unsure answer because the judge it escalates to
     #: had reached its spend cap (the cascade decision ``capped``).
     capped: bool = False
+    #: How an LLM judge gave ``probabilities``: ``logprobs`` (its first answer token's
+    #: log-probabilities, a graded probability), ``json`` (a stated answer in JSON: 1 for
+    #: the option named, 0 for the rest), ``mixed`` (several questions, answered both
+    #: ways). None where no LLM answered a closed question (the builtin judge, generated
+    #: text, an error before any answer). ``logprobs: auto`` falls back to JSON answers
+    #: when a backend gives no logprobs, so this is what tells the two apart.
+    probabilities_from: ProbabilitySource | None = None
 
     def plus_spend(self, other: JudgeInfo, **flags: bool) -> JudgeInfo:
         """This judge's info with ``other``'s spend added (latency, requests, tokens, USD),
@@ -217,6 +242,17 @@ class JudgeInfo(BaseModel):
             "cost_usd": self.cost_usd + other.cost_usd,
             **flags,
         })
+
+    def plus_answers(self, other: JudgeInfo, **flags: bool) -> JudgeInfo:
+        """:meth:`plus_spend` for two calls that both gave the score (turns of one
+        conversation, a role extraction and the question about it): ``probabilities_from``
+        names how both answered, ``mixed`` when they answered differently. (A cascade's
+        escalation adds spend only: its score is the second judge's alone.)"""
+        merged = self.plus_spend(other, **flags)
+        both = combine_sources(self.probabilities_from, other.probabilities_from)
+        if both == self.probabilities_from:
+            return merged
+        return merged.model_copy(update={"probabilities_from": both})
 
 
 class EvalResult(BaseModel):

@@ -170,6 +170,12 @@ class Metrics:
             "Seconds the judge was paused by rate limiting (HTTP 429), counted as each pause "
             "is set or extended (this replica).",
             ["judge"], registry=r)
+        self.judge_answers = Counter(
+            "evalstream_judge_answers_total",
+            "Closed questions an LLM judge answered (not from its cache), by how it gave the "
+            "probabilities: logprobs (graded) or json (a stated answer, 0 or 1; logprobs: auto "
+            "falls back to it when a backend gives none).",
+            ["judge", "source"], registry=r)
         self.judge_cache_hits = Counter(
             "evalstream_judge_cache_hits_total", "Judge answers served from the cache.",
             ["judge"], registry=r)

@@ -45,7 +45,7 @@ async def test_messages_carry_keys_and_headers(broker: Broker) -> None:
     (result,) = await read_all(broker.bootstrap, topics.results, expect=1)
     assert result.key == b"t1"  # type: ignore[attr-defined]
     assert dict(result.headers) == {  # type: ignore[attr-defined]
-        "evaluator": b"refusal", "route": b"main", "schema_version": b"1.2"}
+        "evaluator": b"refusal", "route": b"main", "schema_version": b"1.3"}
     assert load_json(result.value)["result_id"] == "r1"  # type: ignore[attr-defined]
 
     dead = await read_all(broker.bootstrap, topics.dead_letter, expect=2)

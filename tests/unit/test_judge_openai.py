@@ -85,6 +85,10 @@ async def test_reads_first_token_distribution_of_each_provider(style: str) -> No
     assert counter(metrics, "evalstream_judge_cost_usd_total", judge="llm") == pytest.approx(
         answer.info.cost_usd)
     assert counter(metrics, "evalstream_judge_requests_total", judge="llm", outcome="ok") == 1
+    assert answer.info.probabilities_from == "logprobs"
+    assert counter(metrics, "evalstream_judge_answers_total", judge="llm",
+                   source="logprobs") == 1
+    assert counter(metrics, "evalstream_judge_answers_total", judge="llm", source="json") == 0
 
 
 async def test_429_retry_after_is_honoured_then_succeeds() -> None:
@@ -145,13 +149,20 @@ async def test_client_errors_fail_fast(fault: str, status: int, hint: str, mode:
 
 
 async def test_missing_logprobs_falls_back_to_strict_json_in_auto_mode() -> None:
+    metrics = Metrics()
     async with llm_server(always="nologprobs", text='{"output": "No"}') as server:
-        judge = make_judge(server)
+        judge = make_judge(server, metrics)
         first = await judge.judge(question())
         second = await judge.judge(question("other text"))
         await judge.aclose()
     assert first.probabilities == {"yes": 0.0, "no": 1.0}
     assert second.p("no") == 1.0
+    # The result says these are stated answers, not graded probabilities, and so does
+    # the metric a dashboard watches for a backend that quietly stopped giving logprobs.
+    assert first.info.probabilities_from == second.info.probabilities_from == "json"
+    assert counter(metrics, "evalstream_judge_answers_total", judge="llm", source="json") == 2
+    assert counter(metrics, "evalstream_judge_answers_total", judge="llm",
+                   source="logprobs") == 0
     # Each question: logprobs asked, none came, then its JSON request. (Only a run of such
     # responses switches logprobs off: test_judge_endpoint_faults.)
     asked = [bool(r.body.get("logprobs")) for r in server.posts]
@@ -309,6 +320,10 @@ async def test_cache_serves_identical_requests() -> None:
     assert again.info.cached
     assert again.info.tokens_in == 0
     assert counter(metrics, "evalstream_judge_cache_hits_total", judge="llm") == 3
+    # A hit keeps how its answer was given; only the two answers sent are counted.
+    assert again.info.probabilities_from == "logprobs"
+    assert counter(metrics, "evalstream_judge_answers_total", judge="llm",
+                   source="logprobs") == 2
 
 
 async def test_generate_plain_and_json() -> None:
@@ -326,6 +341,7 @@ async def test_generate_plain_and_json() -> None:
         reason = await judge.generate(GenerateRequest(task="reason", instructions="Explain."))
         await judge.aclose()
     assert gen.value == {"role": "travel agent", "behaviours": ["be brief"]}
+    assert gen.info.probabilities_from is None  # generated text, not a closed question
     assert reason.text == "not json at all"
     assert server.posts[0].body["max_tokens"] == 200
 

@@ -42,7 +42,8 @@ def _result(**fields: Any) -> EvalResult:
         "evaluator_version": "2+1", "score": 0.25, "label": "refusal", "passed": False,
         "threshold": 0.5, "reason": "declined the request", "sample_rate": 0.1,
         "attributes": {"response_id": "chatcmpl-42", "model": "gpt-4o-mini"},
-        "judge": JudgeInfo(backend="openai", model="gpt-4o-mini"), "evaluated_at": AT} | fields
+        "judge": JudgeInfo(backend="openai", model="gpt-4o-mini", probabilities_from="json"),
+        "evaluated_at": AT} | fields
     return EvalResult.model_validate(base)
 
 
@@ -99,6 +100,7 @@ def test_a_result_is_one_gen_ai_evaluation_result_event_parented_to_its_span() -
         "evalstream.canary": False,
         "evalstream.judge.backend": "openai",
         "evalstream.judge.model": "gpt-4o-mini",
+        "evalstream.judge.probabilities_from": "json",
     }
 
 

@@ -204,7 +204,7 @@ async def test_real_results_carry_the_version_and_match_the_committed_schema() -
     for result in (ok, failed):
         body = json.loads(dump_json(result))
         assert body["evaluator_version"] == "1+2024-11"
-        assert body["schema_version"] == "1.2"
+        assert body["schema_version"] == "1.3"
         assert not [e.message for e in validator.iter_errors(body)]
 
 

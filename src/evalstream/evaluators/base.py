@@ -193,7 +193,7 @@ def merge_judge_info(first: JudgeInfo | None, second: JudgeInfo | None) -> Judge
     """Add up what two judge calls cost (requests, tokens, latency) into one ``JudgeInfo``."""
     if first is None or second is None:
         return first or second
-    return first.plus_spend(second, cached=first.cached and second.cached,
+    return first.plus_answers(second, cached=first.cached and second.cached,
                             escalated=first.escalated or second.escalated,
                             capped=first.capped or second.capped)
 

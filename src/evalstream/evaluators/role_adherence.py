@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass
-from functools import partial
+from functools import partial, reduce
 
 from pydantic import Field, model_validator
 
@@ -33,7 +33,7 @@ from evalstream.evaluators.common import (
     yes_probability,
 )
 from evalstream.evaluators.registry import register
-from evalstream.events import JudgeInfo, TraceEvent, stable_hash
+from evalstream.events import JudgeInfo, TraceEvent, combine_sources, stable_hash
 from evalstream.judges.base import Judge, JudgeRequest
 from evalstream.judges.cache import TTLCache
 
@@ -152,14 +152,18 @@ class RoleAdherence(Evaluator[RoleAdherenceParams]):
     def _spend(answers: list[tuple[_Verdict, bool]]) -> JudgeInfo | None:
         """What this evaluation's own requests cost: every one it sent, summed; none for the
         answers it found or joined in flight (another evaluation paid for those, and its
-        result says so). The latency is the slowest turn's, as the turns run at once."""
+        result says so). The latency is the slowest turn's, as the turns run at once; how
+        the probabilities were given covers every turn's answer, found ones too."""
         infos = [v.info for v, _ in answers if v.info is not None]
         if not infos:
             return None
         spent = RoleAdherence._fresh(answers)
         if spent is None:  # all found: the judge, at no cost
             spent = JudgeInfo(backend=infos[-1].backend, model=infos[-1].model, cached=True)
-        return spent.model_copy(update={"latency_ms": max(i.latency_ms for i in infos)})
+        return spent.model_copy(update={
+            "latency_ms": max(i.latency_ms for i in infos),
+            "probabilities_from": reduce(combine_sources,
+                                         (i.probabilities_from for i in infos), None)})
 
     async def evaluate(self, event: TraceEvent) -> Score:
         """Judge the turns not judged before; score the adhering share."""

@@ -51,7 +51,7 @@ from typing import Any
 
 from evalstream.config.judges import OpenAIJudgeConfig
 from evalstream.errors import JudgeError, JudgeUnavailableError
-from evalstream.events import JudgeInfo, load_json
+from evalstream.events import JudgeInfo, ProbabilitySource, load_json
 from evalstream.judges.answers import parse_json_answer, unfence
 from evalstream.judges.base import (
     GenerateRequest,
@@ -103,6 +103,8 @@ class _Answer:
     usage: Usage
     text: str = ""
     value: Any = None
+    #: How ``probabilities`` were given (None for generated text).
+    source: ProbabilitySource | None = None
 
 
 def _request_key(*parts: Any) -> str:
@@ -145,6 +147,8 @@ class OpenAIJudge(Judge):
         self._host = self._sender.host
         self._breaker = self._sender.breaker
         self._cache: TTLCache[_Answer] = TTLCache(config.cache_size, config.cache_ttl_s)
+        for source in ("logprobs", "json"):  # both series from the start, so rate() sees 0
+            metrics.judge_answers.labels(name, source)
         self._use_logprobs = config.logprobs != "never"
         # Consecutive logprob responses that came without logprobs (auto mode).
         self._missing_logprobs = 0
@@ -170,8 +174,10 @@ class OpenAIJudge(Judge):
                            request.instructions, request.question, request.options,
                            request.data)
         answer, hit, latency = await self._cached(key, lambda u: self._judge(request, u))
+        if not hit and answer.source is not None:
+            self._metrics.judge_answers.labels(self.name, answer.source).inc()
         return Judgement(probabilities=dict(answer.probabilities),
-                         info=self._info(answer.usage, latency, hit))
+                         info=self._info(answer.usage, latency, hit, answer.source))
 
     async def generate(self, request: GenerateRequest) -> Generation:
         """A short text (or strictly parsed JSON when ``json_schema_hint`` is set)."""
@@ -248,14 +254,16 @@ class OpenAIJudge(Judge):
             self._metrics.judge_cache_hits.labels(self.name).inc()
         return answer, hit, (time.perf_counter() - start) * 1000.0
 
-    def _info(self, usage: Usage, latency_ms: float, hit: bool) -> JudgeInfo:
+    def _info(self, usage: Usage, latency_ms: float, hit: bool,
+              source: ProbabilitySource | None = None) -> JudgeInfo:
         if hit:
             return JudgeInfo(backend="openai", model=self.config.model, latency_ms=latency_ms,
-                             cached=True)
+                             cached=True, probabilities_from=source)
         return JudgeInfo(backend="openai", model=self.config.model, latency_ms=latency_ms,
                          requests=usage.requests, tokens_in=usage.tokens_in,
                          tokens_out=usage.tokens_out,
-                         cost_usd=self._sender.cost(usage.tokens_in, usage.tokens_out))
+                         cost_usd=self._sender.cost(usage.tokens_in, usage.tokens_out),
+                         probabilities_from=source)
 
     # --- question answering -----------------------------------------------------------
 
@@ -290,7 +298,8 @@ class OpenAIJudge(Judge):
                     # scrubbed first, a key a server echoes as a token never shows.
                     dist = {self._redact(token): p
                             for token, p in first_token_distribution(body).items()}
-                    answer = _Answer(option_probabilities(dist, request.options), usage)
+                    answer = _Answer(option_probabilities(dist, request.options), usage,
+                                     source="logprobs")
             except MissingLogprobsError as exc:
                 if self.config.logprobs == "always":
                     raise JudgeError(f"judge {self.name!r} returned no logprobs ({exc}); set "
@@ -321,7 +330,8 @@ class OpenAIJudge(Judge):
             usage)
         with reading_response("answer", judge=self.name, host=self._host):
             option = parse_json_answer(self._content(body), request.options)
-        return _Answer({o: 1.0 if o == option else 0.0 for o in request.options}, usage)
+        return _Answer({o: 1.0 if o == option else 0.0 for o in request.options}, usage,
+                       source="json")
 
     async def _generate(self, request: GenerateRequest, usage: Usage) -> _Answer:
         messages = generate_messages(request)

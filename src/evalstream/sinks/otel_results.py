@@ -20,7 +20,8 @@ resource (``service.name``), one scope (``evalstream`` and its version) and one 
   quote the trace);
 * ``evalstream.*`` attributes to join and filter on: ``result_id`` (the key of the result
   on the results topic), ``route``, ``evaluator_version``, ``passed``, ``threshold``,
-  ``sample_rate``, ``canary``, ``status``, ``judge.backend``, ``judge.model``.
+  ``sample_rate``, ``canary``, ``status``, ``judge.backend``, ``judge.model``,
+  ``judge.probabilities_from`` (when an LLM answered: ``logprobs``, ``json``, ``mixed``).
 
 Never any trace content (input, output, messages, context) nor ``details``.
 """
@@ -118,6 +119,8 @@ def _shared(result: EvalResult) -> tuple[tuple[str, Value], ...]:
         out.append(("evalstream.judge.backend", result.judge.backend))
         if result.judge.model:
             out.append(("evalstream.judge.model", result.judge.model))
+        if result.judge.probabilities_from:
+            out.append(("evalstream.judge.probabilities_from", result.judge.probabilities_from))
     return tuple(out)
 
 
