@@ -226,6 +226,16 @@ def build() -> dict[str, object]:
         "percentunit",
         _q(f"max by (judge) (rate(evalstream_judge_rate_limit_paused_seconds_total[{RATE}]))",
            "{{judge}}"), width=8, lo=0, hi=1))
+    board = board.with_panel(_ts(
+        "Judge answers given in JSON",
+        "Share of each LLM judge's answers that were stated in JSON (0 or 1) rather than read "
+        "from logprobs (graded): 1 for a judge set to logprobs: never; with logprobs: auto, a "
+        "rise means the backend stopped giving logprobs. The EvalstreamJudgeLogprobsLost "
+        "alert fires above 50% for 15 minutes when the judge answered from logprobs before.",
+        "percentunit",
+        _q(f'sum by (judge) (rate(evalstream_judge_answers_total{{source="json"}}[{RATE}])) '
+           f"/ sum by (judge) (rate(evalstream_judge_answers_total[{RATE}]))",
+           "{{judge}}"), width=8, lo=0, hi=1))
 
     board = board.with_row(dash.Row("Judge calibration (canaries)"))
     board = board.with_panel(_ts(

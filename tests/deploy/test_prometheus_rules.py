@@ -58,7 +58,8 @@ def test_unit_tests_cover_spike_quiet_and_small_sample() -> None:
     # Availability alerts: each shown firing, and quiet on healthy input.
     availability = {"EvalstreamDown", "EvalstreamTargetDown", "EvalstreamOffsetCommitErrors",
                     "EvalstreamJudgeCircuitOpen", "EvalstreamJudgeErrors",
-                    "EvalstreamJudgeSpendCapReached", "EvalstreamJudgeRateLimited"}
+                    "EvalstreamJudgeSpendCapReached", "EvalstreamJudgeRateLimited",
+                    "EvalstreamJudgeLogprobsLost"}
     assert availability <= fired
     assert availability <= silent
     # Session windows cut short: fires on a steady share, quiet on few windows.
@@ -108,6 +109,8 @@ def run_groups(directory: Path, files: list[str]) -> dict[str, str]:
     return reports
 
 
+LOGPROBS_BEFORE = ('increase(evalstream_judge_answers_total{source="logprobs"}[1d] '
+                   'offset 30m))')
 JUDGE_FINISHED = 'rate(evalstream_judge_requests_total{outcome=~"ok|error|deadline"}[5m])'
 
 #: (id, text in rules.yaml, its broken replacement, the tests.yaml groups that must catch it).
@@ -157,6 +160,11 @@ BREAKAGES: list[tuple[str, str, str, tuple[str, ...]]] = [
     # Alerting on any commit error pages on every rebalance.
     ("commit-ratio", ">= sum without (outcome) (", "> 0 * sum without (outcome) (",
      ("offset-commits",)),
+    # Without "answered from logprobs before", a judge set to logprobs: never (JSON by
+    # design) pages; without the minimum count, a judge asked a question now and then.
+    ("logprobs-before", f"{LOGPROBS_BEFORE} > 0", f"{LOGPROBS_BEFORE} >= 0", ("logprobs-lost",)),
+    ("logprobs-min-n", "and sum by (judge) (increase(evalstream_judge_answers_total[30m])) >= 20",
+     "", ("logprobs-lost",)),
     # A breaker that closes in between is not stuck open.
     ("circuit-min", "min_over_time(evalstream_judge_circuit_state",
      "max_over_time(evalstream_judge_circuit_state", ("circuit-breakers",)),
