@@ -40,6 +40,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from evalstream.app.calibration import parse_gold
 from evalstream.app.offline_hints import sampled_out_hint, unrouted_hint
 from evalstream.app.offline_input import Item, input_paths, read_items, routed_input
 from evalstream.app.offline_json import summary_json
@@ -54,6 +55,7 @@ from evalstream.app.pipeline import Pipeline
 from evalstream.app.reach import attributes_read
 from evalstream.config import Settings, load_settings
 from evalstream.errors import ConfigError, EvalstreamError
+from evalstream.evaluators import registry
 from evalstream.events import EvalResult, dump_json
 from evalstream.judges.base import Judge
 from evalstream.judges.registry import build_judges, close_judges
@@ -130,8 +132,10 @@ async def run(settings: Settings, items: Sequence[Item], *, topic: str, concurre
     try:
         pipeline = Pipeline(settings, judges, metrics)
         # Gold labels are about the data set's own evaluator; other evaluators in the route
-        # are summarised without them.
+        # are summarised without them. A canary's result carries its own gold answer.
         kinds = {(r.name, s.label): s.evaluator for r in settings.routes for s in r.evaluators}
+        label_kinds = {key: registry.get(name).is_label_evaluator
+                       for key, name in kinds.items()}
         task = progress.add_task("evaluating", total=len(items)) if progress else None
         # One iterator shared by the workers: each takes the next item when it is free.
         pending = iter(items)
@@ -142,8 +146,12 @@ async def run(settings: Settings, items: Sequence[Item], *, topic: str, concurre
                 if not results:
                     summary.without_results += 1
                 for result in results:
-                    own = kinds.get((result.route, result.evaluator)) == item.dataset
-                    summary.add(result, item.gold if own else None)
+                    key = (result.route, result.evaluator)
+                    if result.canary:
+                        gold = _canary_gold(result, is_label=label_kinds[key])
+                    else:
+                        gold = item.gold if kinds.get(key) == item.dataset else None
+                    summary.add(result, gold)
                     if sink is not None:
                         sink.write(dump_json(result) + b"\n")
                 if progress is not None and task is not None:
@@ -169,6 +177,12 @@ async def run(settings: Settings, items: Sequence[Item], *, topic: str, concurre
         if owned:
             await close_judges(judges)
     return summary
+
+
+def _canary_gold(result: EvalResult, *, is_label: bool) -> bool | str | None:
+    """A canary result's gold answer, as the worker compares it (``gold`` holds a valid
+    one as text, or null when the canary gave none or an invalid one)."""
+    return None if result.gold is None else parse_gold(result.gold, is_label=is_label).value
 
 
 def _total(counter: prometheus_client.Counter) -> float:

@@ -17,6 +17,7 @@ or changes meaning (new keys may be added)::
         {
           "route": "support", "evaluator": "refusal",
           "n": 116, "errors": 1,    # ok results, error results (the table's n, errors)
+          "canaries": 0,            # canary results: in "gold" and "judge" only
           "outcomes": {"passed": 90, "failed": 26, "labelled": 0, "error": 1},
           "labels": {"not_refused": 90, "refused": 26},   # ok results' label values
           "pass_rate": {"rate": 0.776, "low": 0.69, "high": 0.84} | null,
@@ -64,7 +65,7 @@ def _evaluator(summary: EvaluatorSummary) -> dict[str, Any]:
     figures = summary.figures()
     return {
         "route": summary.route, "evaluator": summary.evaluator,
-        "n": summary.n, "errors": summary.errors,
+        "n": summary.n, "errors": summary.errors, "canaries": summary.canaries,
         "outcomes": {outcome: summary.outcomes[outcome] for outcome in OUTCOMES},
         "labels": dict(sorted(summary.labels.items())),
         "pass_rate": asdict(figures.pass_rate) if figures.pass_rate is not None else None,

@@ -133,10 +133,18 @@ class EvaluatorSummary:
     #: The ok results' ``label`` values, unweighted (binary evaluators give one too, e.g.
     #: ``refused``).
     labels: Counter[str] = field(default_factory=Counter)
+    #: Canary results (``canary: true``): kept out of every count above but ``spend`` and
+    #: the gold comparison, as the worker keeps them out of pass rates.
+    canaries: int = 0
 
     def add(self, result: EvalResult, gold: bool | str | None) -> None:
         """Count ``result``; compare it with ``gold`` when there is one."""
         self.spend.add(result)
+        if result.canary:
+            self.canaries += 1
+            if result.status == "ok" and gold is not None:
+                self._compare(result, gold)
+            return
         if result.status == "error":
             self.errors += 1
             self.outcomes["error"] += 1
@@ -156,7 +164,11 @@ class EvaluatorSummary:
             self.scored += 1
             self.score_weight += weight
             self.score_weighted += weight * result.score
-        comparison = compare(result, gold) if gold is not None else None
+        if gold is not None:
+            self._compare(result, gold)
+
+    def _compare(self, result: EvalResult, gold: bool | str) -> None:
+        comparison = compare(result, gold)
         if comparison is not None:
             self.gold.append(comparison.gold)
             self.predicted.append(comparison.predicted)
@@ -241,9 +253,13 @@ class Summary:
         total = self.spend()
         judged, priced = total.requests > 0, total.cost_usd > 0
         rows = []
+        # A canaries column only where the input held canaries: most inputs hold none.
+        canaries = any(s.canaries for s in self.by_key.values())
         for key in sorted(self.by_key):
             summary = self.by_key[key]
             row = summary.row()
+            if canaries:
+                row["canaries"] = str(summary.canaries)
             if judged:
                 row.update(summary.spend.columns(priced))
             rows.append(row)
