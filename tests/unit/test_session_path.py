@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
+import tracemalloc
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -539,3 +541,43 @@ async def test_a_cancelled_session_ends_only_after_its_evaluations_wound_down() 
         await wait_for(lambda: not sessions.tasks, timeout=5, what="the session ended")
     assert stopped_when_the_session_ended == [1]
     assert sink.results == []
+
+
+async def test_a_route_s_max_bytes_bounds_the_memory_its_open_sessions_hold() -> None:
+    """``max_bytes`` is what bounds a session route's memory: counted as the messages' bytes,
+    small events (a ~100-byte message decodes to ~2 KB of objects) held twenty times that."""
+    limit = 1_000_000
+    sink = MemorySink()
+    w = worker(MemorySource([]), sink, gap_s=1000,
+               session={"max_bytes": limit, "max_events": 10_000, "max_open": 1_000})
+    sessions, tracker, intake = w.sessions, w.tracker, w.message_path.intake
+    assert sessions is not None
+    tracker.assign([TP0])
+    records = [record(0, i, f"s{i % 1_000}") for i in range(4_000)]
+    # Tracked before measuring: offsets are the tracker's memory, not the windows'.
+    states = [tracker.track(TP0, r.offset, 1) for r in records]
+
+    async def evaluated() -> None:
+        # Windows closed at capacity are held no longer once evaluated (their results are
+        # the sink's). Waited for, not gathered: a gather would keep every task.
+        await wait_for(lambda: not sessions.tasks, timeout=30, what="closed ones evaluated")
+        sink.results.clear()
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        for r, state in zip(records, states, strict=True):
+            decoded = intake.decode(r)
+            assert state is not None
+            assert not isinstance(decoded, str)
+            sessions.hold(r, state, [(e, "chat", ()) for e in decoded.events],
+                          len(decoded.events))
+            if r.offset % 500 == 499:  # a poll's worth, as intake takes them
+                await evaluated()
+        await evaluated()
+        gc.collect()
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert sessions.store.open_count() > 0
+    assert held <= 1.5 * limit, held

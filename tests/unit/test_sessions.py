@@ -11,6 +11,7 @@ from evalstream.app.offsets import TP, OffsetTracker, PartitionState
 from evalstream.app.sessions import (
     Member,
     SessionStore,
+    footprint,
     merge_events,
     stand_in_details,
     widest_stand_in_details,
@@ -41,7 +42,7 @@ class Feed:
         assert isinstance(state, PartitionState)
         event = TraceEvent(event_id=event_id, session_id=session, input=f"q {event_id}",
                            output=f"a {event_id}")
-        return Member(event, tp, state, offset, size)
+        return Member(event, tp, state, offset, size, size)
 
 
 def store(max_session_bytes: int = 1_000_000, **window: float) -> SessionStore:
@@ -152,6 +153,15 @@ def test_max_open_closes_the_session_quiet_for_longest_never_drops_it() -> None:
     assert s.open_count("chat") == 2
     closed = s.due(1000.0)
     assert sorted(c.window.session_id for c in closed) == ["a", "c"]
+
+
+def test_an_event_s_footprint_counts_its_text_and_objects() -> None:
+    small = TraceEvent(event_id="e1", input="hi")
+    assert footprint(small) > 1000  # the objects cost far more than two short texts
+    turns = small.model_copy(update={"messages": (msg("user", "x" * 1000),) * 3})
+    assert footprint(turns) - footprint(small) > 3 * 1000
+    wide = small.model_copy(update={"input": "é" * 1000})
+    assert footprint(wide) - footprint(small) >= 2 * 1000 - 2  # two bytes a character
 
 
 def test_route_bytes_and_session_bytes_are_bounded() -> None:

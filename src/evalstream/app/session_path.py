@@ -37,6 +37,7 @@ from evalstream.app.sessions import (
     Member,
     SessionStore,
     Window,
+    footprint,
     stand_in_details,
 )
 from evalstream.config import Settings
@@ -129,7 +130,7 @@ class SessionPath:
         now = self._clock()
         for event, route, planned in held:
             assert event.session_id is not None
-            member = Member(event, state.tp, state, record.offset, size)
+            member = Member(event, state.tp, state, record.offset, size, footprint(event))
             for closed in self.store.add(route, event.session_id, planned, member, now):
                 self._launch(closed)
 

@@ -176,9 +176,10 @@ class SessionWindow(Section):
     #: Sessions open at once on this route; when full, the one quiet for longest is
     #: evaluated early (``closed: capacity`` in its result), never dropped.
     max_open: int = Field(default=10_000, ge=1)
-    #: Bytes (of the members' messages) held by this route's open sessions; past it, the
-    #: sessions quiet for longest are evaluated early, as for ``max_open``. One session holds
-    #: at most ``worker.max_message_bytes`` (then it is evaluated: ``closed: bytes``).
+    #: Memory held by this route's open sessions: their decoded events, about 2 KB each plus
+    #: their text (several times their messages' bytes); past it, the sessions quiet for
+    #: longest are evaluated early, as for ``max_open``. One session holds at most
+    #: ``worker.max_message_bytes`` of messages (then it is evaluated: ``closed: bytes``).
     max_bytes: int = Field(default=67_108_864, ge=1)
 
 
