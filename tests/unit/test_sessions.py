@@ -160,7 +160,7 @@ def test_an_event_s_footprint_counts_its_text_and_objects() -> None:
     assert footprint(small) > 1000  # the objects cost far more than two short texts
     turns = small.model_copy(update={"messages": (msg("user", "x" * 1000),) * 3})
     assert footprint(turns) - footprint(small) > 3 * 1000
-    wide = small.model_copy(update={"input": "é" * 1000})
+    wide = small.model_copy(update={"input": "\u4f60" * 1000})  # stored 2 bytes a char
     assert footprint(wide) - footprint(small) >= 2 * 1000 - 2  # two bytes a character
 
 
