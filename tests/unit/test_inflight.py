@@ -98,3 +98,19 @@ def test_partitions_assigned_while_paused_are_paused_too() -> None:
     slots.assigned()
     assert source.paused
     assert slots.paused
+
+
+def test_the_reading_clock_stands_still_while_intake_is_paused() -> None:
+    now = [100.0]
+    slots = InFlight(1, MemorySource(), Metrics(CollectorRegistry()), clock=lambda: now[0])
+    start = slots.reading_clock()
+    now[0] += 5
+    slots.set_paused(True)
+    now[0] += 60  # nothing read meanwhile: no session goes quiet on it
+    assert slots.reading_clock() - start == 5
+    slots.set_paused(False)
+    now[0] += 2
+    assert slots.reading_clock() - start == 7
+    slots.set_paused(True)
+    now[0] += 1
+    assert slots.reading_clock() - start == 7

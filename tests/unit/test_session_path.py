@@ -581,3 +581,27 @@ async def test_a_route_s_max_bytes_bounds_the_memory_its_open_sessions_hold() ->
         tracemalloc.stop()
     assert sessions.store.open_count() > 0
     assert held <= 1.5 * limit, held
+
+
+async def test_a_session_does_not_go_quiet_while_intake_is_paused_for_backpressure() -> None:
+    """Paused for want of a slot (a slow judge, a judge outage, a spend cap), intake reads
+    no event: a conversation is not quiet then, only unread. Timed on the wall clock, every
+    open session closed on the gap during a pause longer than ``gap_s`` and its next event,
+    read after it, was judged apart as a late part."""
+    plain = {"event_id": "x-1", "output": "sleep:1.0"}  # holds the only slot for 1 s
+    source = MemorySource([record(0, 0, "a"), RawRecord("traces", 0, 1, dump_json(plain)),
+                           record(0, 2, "a")])
+    sink = MemorySink()
+    settings = load_settings(
+        None, inputs=[{"topic": "traces"}], sampling={"key": "session_id"},
+        routes=[{"name": "chat", "match": {"requires": ["session_id"]},
+                 "session": {"gap_s": 0.3}, "evaluators": [{"evaluator": "unit_scripted"}]},
+                {"name": "plain", "evaluators": [{"evaluator": "unit_scripted"}]}],
+        server={"host": "127.0.0.1", "port": 0}, drift={"enabled": False},
+        kafka={"max_poll_records": 1},
+        worker={"commit_interval_s": 0.05, "max_in_flight": 1})
+    w = Worker(settings, registry=CollectorRegistry(), source=source, sink=sink)
+    await run_until(w, lambda: source.committed.get(TP0) == 3, "every record committed")
+    sessions = [r.details["session"] for r in sink.results if r.session_id == "a"]
+    assert [s["event_ids"] for s in sessions] == [["a-0", "a-2"]]
+    assert source.pause_count >= 1  # it was paused: the case under test

@@ -9,6 +9,8 @@ free again. The running count and its peak are read by the metrics at scrape tim
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 
 from evalstream.app.waits import wait_set
 from evalstream.metrics import Metrics
@@ -25,9 +27,11 @@ class InFlight:
         source: Paused while every slot is taken.
         metrics: ``in_flight`` / ``in_flight_peak`` gauges (read at scrape time: exact, and
             free on the hot path), the ``paused`` gauge and the pause counter.
+        clock: Seconds, monotonic (:meth:`reading_clock` counts on it).
     """
 
-    def __init__(self, limit: int, source: Source, metrics: Metrics) -> None:
+    def __init__(self, limit: int, source: Source, metrics: Metrics,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.limit = limit
         self._slots = asyncio.Semaphore(limit)
         self._freed = asyncio.Event()
@@ -36,6 +40,10 @@ class InFlight:
         self._count = 0
         self._peak = 0
         self._paused = False
+        self._clock = clock
+        #: Seconds paused before the current pause, and when that one began.
+        self._paused_s = 0.0
+        self._paused_at = 0.0
         metrics.in_flight.set_function(lambda: self._count)
         metrics.in_flight_peak.set_function(lambda: self._peak)
 
@@ -95,6 +103,15 @@ class InFlight:
         if self._slots.locked():
             await wait_set(self._freed, timeout_s)
 
+    def reading_clock(self) -> float:
+        """Seconds, monotonic, that stand still while intake is paused for want of a slot.
+
+        What session windows time their gap on: while paused nothing is read, so a
+        conversation whose next event waits in its partition is unread, not quiet.
+        """
+        now = self._clock()
+        return now - self._paused_s - (now - self._paused_at if self._paused else 0.0)
+
     def assigned(self) -> None:
         """Partitions were assigned: keep them paused too while intake is paused."""
         if self._paused:
@@ -106,8 +123,10 @@ class InFlight:
             return
         self._paused = paused
         if paused:
+            self._paused_at = self._clock()
             self._source.pause()
             self._metrics.backpressure_pauses.inc()
         else:
+            self._paused_s += self._clock() - self._paused_at
             self._source.resume()
         self._metrics.paused.set(1 if paused else 0)

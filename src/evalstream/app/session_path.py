@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -67,13 +66,15 @@ class SessionPath:
         committer: Told when work completes.
         slots: The bound on in-flight evaluations.
         fail: Called when output cannot be made durable (the worker then stops).
-        clock: Seconds, monotonic (tests inject one).
+        clock: Seconds, monotonic (tests inject one); by default ``slots``' reading clock,
+            which stands still while intake is paused for backpressure: a session is not
+            quiet while its next events wait unread (nor does it age).
     """
 
     def __init__(self, store: SessionStore, metrics: Metrics, *, pipeline: Pipeline,
                  outputs: Outputs, tracker: OffsetTracker, committer: Committer,
                  slots: InFlight, fail: Callable[[BaseException], None],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] | None = None) -> None:
         self.store = store
         self.routes = store.routes
         self._pipeline = pipeline
@@ -83,7 +84,7 @@ class SessionPath:
         self._slots = slots
         self._fail = fail
         self._results = ResultPublisher(pipeline, outputs, fail)
-        self._clock = clock
+        self._clock = slots.reading_clock if clock is None else clock
         self._closed = {(route, reason): metrics.sessions_closed.labels(route, reason).inc
                         for route in self.routes for reason in REASONS}
         for route in self.routes:

@@ -165,13 +165,15 @@ class SessionWindow(Section):
     """A route's session window: its events with a ``session_id`` are evaluated once per
     conversation, as one merged event, when the session goes quiet (``app/sessions.py``)."""
 
-    #: Seconds without a new event (wall clock, since the session's last one) before the
-    #: session is evaluated. Commits of its partitions wait for it: lag rises by up to this.
+    #: Seconds without a new event (wall clock since the session's last one was read, less
+    #: time intake was paused for backpressure, when nothing is read) before the session is
+    #: evaluated. Commits of its partitions wait for it: lag rises by up to this.
     gap_s: float = Field(default=120.0, gt=0.0, le=86_400.0)
     #: A session reaching this many events is evaluated at once; later ones start a new part.
     max_events: int = Field(default=50, ge=2, le=10_000)
-    #: A session open this long (since its first event) is evaluated even if still active:
-    #: the longest a session holds its partition's commits back.
+    #: A session open this long (since its first event was read, counted as ``gap_s``) is
+    #: evaluated even if still active: the longest a session holds its partition's commits
+    #: back (a restart or rebalance that re-reads it counts again).
     max_age_s: float = Field(default=900.0, gt=0.0, le=86_400.0)
     #: Sessions open at once on this route; when full, the one quiet for longest is
     #: evaluated early (``closed: capacity`` in its result), never dropped.
