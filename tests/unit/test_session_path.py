@@ -605,3 +605,49 @@ async def test_a_session_does_not_go_quiet_while_intake_is_paused_for_backpressu
     sessions = [r.details["session"] for r in sink.results if r.session_id == "a"]
     assert [s["event_ids"] for s in sessions] == [["a-0", "a-2"]]
     assert source.pause_count >= 1  # it was paused: the case under test
+
+
+
+async def test_the_session_timer_waits_for_intake_to_resume_instead_of_spinning() -> None:
+    """While intake is paused the reading clock stands still, so a window due in 1 ms
+    stays due in 1 ms: the timer slept its 5 ms minimum over and over (about 200 wake-ups
+    a second for as long as a spend cap or a judge outage held intake; checked: ~60 in
+    this test). It waits for reading to resume instead."""
+    source = MemorySource([])
+    settings = load_settings(
+        None, inputs=[{"topic": "traces"}], sampling={"key": "session_id"},
+        routes=[{"name": "chat", "session": {"gap_s": 0.3},
+                 "evaluators": [{"evaluator": "unit_scripted"}]}],
+        server={"host": "127.0.0.1", "port": 0}, drift={"enabled": False})
+    w = Worker(settings, registry=CollectorRegistry(), source=source, sink=MemorySink())
+    sessions = w.sessions
+    assert sessions is not None
+    slots = sessions._slots
+
+    class Store:
+        """A window due 1 ms after the pause began, on the reading clock."""
+
+        routes = sessions.routes
+        checks = 0
+
+        def soonest(self, route: str) -> float:
+            return 0.3
+
+        def due(self, now: float) -> list[Any]:
+            Store.checks += 1
+            return []
+
+        def next_deadline(self) -> float:
+            return paused_at + 0.001
+
+    sessions.store = Store()  # type: ignore[assignment]
+    slots.set_paused(True)
+    paused_at = slots.reading_clock()
+    timer = asyncio.create_task(sessions.run())
+    await asyncio.sleep(0.3)
+    assert Store.checks <= 1, Store.checks
+    slots.set_paused(False)
+    await asyncio.sleep(0.05)
+    assert Store.checks > 1  # reading again: the timer runs on
+    timer.cancel()
+    await asyncio.gather(timer, return_exceptions=True)

@@ -44,6 +44,9 @@ class InFlight:
         #: Seconds paused before the current pause, and when that one began.
         self._paused_s = 0.0
         self._paused_at = 0.0
+        #: Set while intake reads (not paused).
+        self._reading = asyncio.Event()
+        self._reading.set()
         metrics.in_flight.set_function(lambda: self._count)
         metrics.in_flight_peak.set_function(lambda: self._peak)
 
@@ -112,6 +115,10 @@ class InFlight:
         now = self._clock()
         return now - self._paused_s - (now - self._paused_at if self._paused else 0.0)
 
+    async def wait_reading(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for intake to read again (at once when it does)."""
+        await wait_set(self._reading, timeout_s)
+
     def assigned(self) -> None:
         """Partitions were assigned: keep them paused too while intake is paused."""
         if self._paused:
@@ -124,9 +131,11 @@ class InFlight:
         self._paused = paused
         if paused:
             self._paused_at = self._clock()
+            self._reading.clear()
             self._source.pause()
             self._metrics.backpressure_pauses.inc()
         else:
             self._paused_s += self._clock() - self._paused_at
+            self._reading.set()
             self._source.resume()
         self._metrics.paused.set(1 if paused else 0)

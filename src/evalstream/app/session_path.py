@@ -85,6 +85,8 @@ class SessionPath:
         self._fail = fail
         self._results = ResultPublisher(pipeline, outputs, fail)
         self._clock = slots.reading_clock if clock is None else clock
+        #: Whether the clock stands still while intake is paused (the default).
+        self._still_when_paused = clock is None
         self._closed = {(route, reason): metrics.sessions_closed.labels(route, reason).inc
                         for route in self.routes for reason in REASONS}
         for route in self.routes:
@@ -141,9 +143,14 @@ class SessionPath:
         A window opened later is due no sooner than its route's gap (or max age) from
         now, so sleeping until the next deadline, or the shortest of those, misses none.
         """
-        store, clock = self.store, self._clock
+        store, clock, slots = self.store, self._clock, self._slots
         shortest = min(store.soonest(route) for route in self.routes)
         while True:
+            if slots.paused and self._still_when_paused:
+                # Nothing comes due while intake is paused (that clock stands still): wait
+                # for reading to resume, not a wake-up every few ms until it does.
+                await slots.wait_reading(shortest)
+                continue
             now = clock()
             for closed in store.due(now):
                 self._launch(closed)
