@@ -103,6 +103,21 @@ def test_error_messages_name_fields_never_keys_from_the_message() -> None:
     assert "attributes.*: string_type" in str(info.value)
 
 
+def test_missing_output_names_the_keys_the_mapping_reads() -> None:
+    # The example config maps output to response.text: the README's canary, whose answer
+    # is a top-level "output", was dead-lettered as "no output ... in the message".
+    mapped = InputTopic(topic="traces", mapping={"output": "response.text",
+                                                 "messages": "request.messages"})
+    body = dump_json({"output": SECRET, "input": SECRET})
+    for topic, keys in ((mapped, ("'response.text'", "'request.messages'")),
+                        (InputTopic(topic="traces"), ("'output'", "'messages'"))):
+        with pytest.raises(DecodeError) as info:
+            make_decoder(topic)(record(body if topic is mapped else dump_json({"input": 1})))
+        assert info.value.reason == "missing_output"
+        assert all(key in str(info.value) for key in keys), str(info.value)
+        assert SECRET not in str(info.value)
+
+
 def test_unknown_mapping_fields_are_config_errors() -> None:
     with pytest.raises(ConfigError, match="answer"):
         make_decoder(InputTopic(topic="t", mapping={"answer": "x"}))

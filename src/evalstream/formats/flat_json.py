@@ -218,13 +218,20 @@ _PLAIN = msgspec.json.Decoder(_PlainEvent)
 class FlatJsonDecoder:
     """Decodes flat JSON messages of one topic (see the module docstring)."""
 
-    __slots__ = ("_identity", "_paths", "_topic")
+    __slots__ = ("_identity", "_no_output", "_paths", "_topic")
 
     def __init__(self, topic: str, paths: Mapping[str, tuple[str, ...]]) -> None:
         self._topic = topic
         self._paths = tuple(paths.items())
         #: No custom mapping: the raw object's keys are the field names (enables the shortcut).
         self._identity = all(path == (name,) for name, path in self._paths)
+        # Names the keys read (config, never content): with a mapping (output:
+        # response.text) a message holding a top-level "output" is refused, which the
+        # bare "no output" left a mystery.
+        output = ".".join(paths.get("output", ("output",)))
+        messages = ".".join(paths.get("messages", ("messages",)))
+        self._no_output = (f"no output (assistant answer) in the message: nothing at "
+                           f"'{output}' and no assistant turn at '{messages}'")
 
     def __call__(self, record: Record) -> Decoded:
         """Decode one message into exactly one event, or raise ``DecodeError``."""
@@ -336,7 +343,7 @@ class FlatJsonDecoder:
             if "output" not in fields and (answer := _last(messages, "assistant", final=True)):
                 fields["output"] = answer
         if "output" not in fields:
-            raise DecodeError("missing_output", "no output (assistant answer) in the message")
+            raise DecodeError("missing_output", self._no_output)
         attributes = fields.get("attributes")
         if attributes is not None:
             fields["attributes"] = _attributes(attributes)
