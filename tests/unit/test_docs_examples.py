@@ -4,7 +4,8 @@ A newcomer copies them: every ``yaml`` block that is an evalstream config (and t
 ``evalstream demo`` prints at its end) passes ``check-config`` without a warning, the
 example result validates against the committed schema at the current ``schema_version``,
 the canary is read as a canary with gold answers, a label message is read as a label, and
-the ``kafka.max_request_size`` floor the docs quote is the one ``check-config`` enforces.
+the ``kafka.max_request_size`` floor the docs quote is the one ``check-config`` enforces,
+and ``eval --json`` gives exactly the keys docs/evaluation.md lists.
 """
 
 from __future__ import annotations
@@ -127,3 +128,32 @@ def test_the_documented_max_request_size_floor_is_the_enforced_one(
         assert len(numbers) == 1, f"{where}: the floor is quoted once"
         assert abs(int(numbers[0]) - floor / 1000) < 1.5, (
             f"{where} says ~{numbers[0]} KB; check-config enforces {floor} bytes")
+
+
+def _documented_json_keys() -> tuple[set[str], set[str], set[str]]:
+    """docs/evaluation.md's ``--json`` keys: top level, per evaluator, and of a spend."""
+    text = (ROOT / "docs" / "evaluation.md").read_text("utf-8")
+    section = text.split("### Machine-readable summary", 1)[1].split("A CI gate", 1)[0]
+    cells = re.findall(r"^\| (`[^|]+`) \|", section, flags=re.M)
+    keys = [key for cell in cells for key in re.findall(r"`([.\w\[\]]+)`", cell)]
+    top = {key.removesuffix("[]") for key in keys if not key.startswith(".")}
+    per_evaluator = {key[1:] for key in keys if key.startswith(".")}
+    spend = re.search(r"A spend \(`\.judge`, `judge_total`\) is `\{([^}]*)\}`", section)
+    assert spend is not None, "the spend's keys are listed"
+    return top, per_evaluator, {key.strip() for key in spend.group(1).split(",")}
+
+
+def test_the_json_summary_has_the_documented_keys(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"id": "1", "evaluator": "refusal", "input": "Hi?",
+                                 "output": "Hello! How can I help?", "label": True}) + "\n",
+                     encoding="utf-8")
+    assert main(["eval", "--input", str(items), "--no-progress", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    top, per_evaluator, spend = _documented_json_keys()
+    (evaluator,) = summary["evaluators"]
+    assert set(summary) == top
+    assert set(evaluator) == per_evaluator
+    assert set(evaluator["judge"]) == spend
+    assert set(summary["judge_total"]) == spend | {"metered_tokens", "metered_cost_usd"}
