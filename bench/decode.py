@@ -238,7 +238,7 @@ def measure(rows: dict[str, tuple[Callable[[bytes], int], list[bytes]]],
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="short smoke run")
     args = parser.parse_args()
     seconds = 1.0 if args.quick else 6.0

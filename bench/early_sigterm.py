@@ -69,7 +69,7 @@ def _startup_s(repeat: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--entry", choices=["module", "script"], default="module")
     args = parser.parse_args()

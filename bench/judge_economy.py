@@ -13,6 +13,7 @@ Run: ``python bench/judge_economy.py``
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import sys
 from dataclasses import dataclass, field
@@ -171,4 +172,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    # No options: --help prints what it measures rather than running it.
+    argparse.ArgumentParser(description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     asyncio.run(main())

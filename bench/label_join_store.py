@@ -9,6 +9,7 @@ decoding alone (``EvalResult.model_validate_json``) in the same run.
 
 from __future__ import annotations
 
+import argparse
 import time
 import tracemalloc
 
@@ -62,4 +63,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # No options: --help prints what it measures rather than running it.
+    argparse.ArgumentParser(description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()

@@ -13,6 +13,7 @@ Run: ``python bench/prompt_escape.py``
 
 from __future__ import annotations
 
+import argparse
 import json
 import timeit
 import unicodedata
@@ -55,4 +56,7 @@ def main() -> None:
               f"  {read:6.1f}us {nfkc:4.1f}us {read / nfkc:5.1f}")
 
 if __name__ == "__main__":
+    # No options: --help prints what it measures rather than running it.
+    argparse.ArgumentParser(description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()
