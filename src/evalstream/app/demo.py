@@ -41,7 +41,8 @@ To point evalstream at a real cluster and a real judge, write a config file:
   kafka:
     bootstrap_servers: kafka-1:9092,kafka-2:9092   # SASL: EVALSTREAM_KAFKA__SASL_PASSWORD
   inputs:
-    - {topic: otel.spans, format: otlp_proto}       # or flat_json / otlp_json
+    - {topic: otel.spans, format: otlp_proto}       # or flat_json / otlp_json, and
+                                                    # otlp_logs_proto / _json for logs
   judges:
     llm: {type: openai, base_url: https://api.openai.com/v1, model: gpt-4o-mini,
           api_key_env: OPENAI_API_KEY}             # any OpenAI-compatible endpoint
