@@ -8,22 +8,27 @@ retried until answered (``rate_limit_retry: until_deadline``). Printed per N and
 switched off (each request on its own: the baseline) and on, their ratio, and the time
 until the last answer after the window (what the pause costs in catch-up).
 
-Run: ``PYTHONPATH=src:. python bench/judge_rate_limit.py [--window 2] [--concurrency 4 16 64]``
+Run: ``python bench/judge_rate_limit.py [--window 2] [--concurrency 4 16 64]``
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import time
+from pathlib import Path
 
 import structlog
-from tests.support.llm_server import llm_server
 
 from evalstream.config import OpenAIJudgeConfig
 from evalstream.judges.base import JudgeRequest
 from evalstream.judges.openai_compat import OpenAIJudge
 from evalstream.metrics import Metrics
+
+# The local OpenAI-compatible test server lives with the tests (repo root on the path).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support.llm_server import llm_server
 
 
 async def window(n: int, window_s: float, retry_after: str, pause: bool) -> tuple[int, float]:
