@@ -61,22 +61,26 @@ class TTLCache(Generic[V]):
         """``(value, hit)``: a cached or in-flight answer, else ``compute()`` (then cached).
 
         A failed computation is not cached; waiters on it see the same exception. When the
-        first caller is cancelled (its deadline), a waiter computes the value itself.
+        first caller is cancelled (its deadline, a stop, a revoke), one waiter computes the
+        value itself and the other waiters wait for it.
         """
         if self.max_size <= 0:
             return await compute(), False
-        cached = self.get(key)
-        if cached is not None:
-            return cached, True
-        pending = self._pending.get(key)
-        if pending is not None:
+        while True:
+            cached = self.get(key)
+            if cached is not None:
+                return cached, True
+            pending = self._pending.get(key)
+            if pending is None:
+                break
             try:
                 return await asyncio.shield(pending), True
             except asyncio.CancelledError:
                 task = asyncio.current_task()
                 if not pending.cancelled() or (task is not None and task.cancelling()):
                     raise  # this caller was cancelled
-                # The first caller gave up (its deadline passed): compute it ourselves.
+                # The first caller gave up: look again. The first waiter to wake computes
+                # the value; the others wait for it instead of each sending its own.
         future: asyncio.Future[V] = asyncio.get_running_loop().create_future()
         self._pending[key] = future
         try:
