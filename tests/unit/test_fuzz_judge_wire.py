@@ -603,13 +603,18 @@ VALID = lenient(template("openai_chat", True))
 JSON = (("Content-Type", "application/json"),)
 
 
-async def test_a_body_dripped_past_the_deadline_ends_at_the_deadline() -> None:
-    # Each piece comes within the read timeout: only the deadline ends the call.
+async def test_a_body_dripped_past_the_timeout_is_a_retryable_timeout() -> None:
+    # Each piece comes within httpx's read timeout, but the exchange as a whole is bounded
+    # by timeout_s: it ends as a retryable error (one the breaker counts), not only at the
+    # deadline, after a single attempt.
     padded = http(200, VALID + b" " * 4000, JSON)
     case = body_case(Answer(padded, chunk=len(padded) // 40 + 1, drip_s=TIMEOUT_S / 2,
                             close=True))
     outcome, took, server = await run_case(case)
-    assert isinstance(outcome, JudgeUnavailableError), outcome
+    assert isinstance(outcome, JudgeError), outcome
+    assert not isinstance(outcome, JudgeUnavailableError), outcome
+    assert outcome.retryable
+    assert took < DEADLINE_S * 0.9, took
     check_outcome(case, outcome, took, server)
 
 

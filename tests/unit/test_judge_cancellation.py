@@ -8,12 +8,16 @@ other requests wait or send more than they should.
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import Any
 
 import pytest
 import structlog
 
+from evalstream.errors import JudgeError, JudgeUnavailableError
 from evalstream.judges.base import Judgement
-from tests.support.llm_server import llm_server
+from evalstream.judges.resilience import CircuitState
+from tests.support.llm_server import FakeLLM, llm_server, serving
 from tests.unit.test_judge_openai import make_judge, question
 
 
@@ -39,3 +43,40 @@ async def test_waiters_on_a_cancelled_request_send_it_once_more_not_once_each() 
     assert all(isinstance(a, Judgement) for a in answers)
     assert len(server.posts) == 2
     assert sorted(a.info.cached for a in answers) == [False, True, True, True, True]
+
+
+class _Trickle(FakeLLM):
+    """Answers 200 at once, then sends its body a byte at a time, each well within the
+    client's read timeout: a stuck proxy or an overloaded server."""
+
+    async def _respond(self, writer: asyncio.StreamWriter, path: str, body: Any,
+                       headers: dict[str, str]) -> bool:
+        data = b'{"choices": []}' + b" " * 200
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(data))
+        for byte in data:
+            writer.write(bytes([byte]))
+            await writer.drain()
+            await asyncio.sleep(0.1)
+        return True
+
+
+async def test_a_body_that_trickles_in_is_timed_out_retried_and_opens_the_circuit() -> None:
+    # httpx's timeout is per read: a body that keeps coming, slowly, never trips it. One
+    # attempt then took the whole deadline, with no retry, an error naming no cause, and
+    # the circuit never opened (a cancelled attempt is no failure), so every evaluation
+    # waited out its deadline against a broken backend.
+    async with serving(_Trickle()) as server:
+        judge = make_judge(server, timeout_s=0.5, deadline_s=5.0, max_retries=1,
+                           circuit_failures=2)
+        started = time.perf_counter()
+        with pytest.raises(JudgeError) as caught:
+            await judge.judge(question())
+        took = time.perf_counter() - started
+        state = judge.circuit_state
+        await judge.aclose()
+    assert not isinstance(caught.value, JudgeUnavailableError)
+    assert "Timeout after 0.5s" in str(caught.value)
+    assert len(server.posts) == 2  # retried once
+    assert took < 2.0
+    assert state is CircuitState.OPEN

@@ -127,6 +127,9 @@ class OpenAIJudgeConfig(Section):
     on_missing_options: Literal["error", "json"] = "error"
     #: Token budget of a JSON answer (``{"output": "..."}``) when logprobs are unavailable.
     json_max_tokens: int = Field(default=16, ge=4, le=256)
+    #: The most one HTTP attempt may take, from connecting to the response's last byte
+    #: (a body trickling in slowly counts as a timeout: retried, and a failure for the
+    #: circuit breaker); ``deadline_s`` bounds all attempts of a request.
     timeout_s: float = Field(default=30.0, gt=0)
     max_concurrency: int = Field(default=16, ge=1)
     requests_per_s: float | None = Field(default=None, gt=0)

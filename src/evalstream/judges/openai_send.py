@@ -307,7 +307,16 @@ class RequestSender:
             self._in_flight.inc()
             start = time.perf_counter()
             try:
-                response = await post_bounded(client, self._path, payload)
+                # httpx's timeout is per phase (each read): a body that keeps trickling in
+                # never trips it, and that one attempt took the whole deadline, unretried
+                # and unseen by the breaker. So the exchange as a whole is bounded too.
+                async with asyncio.timeout(self.config.timeout_s):
+                    response = await post_bounded(client, self._path, payload)
+            except TimeoutError:
+                return None, JudgeError(
+                    f"judge {self.name!r}: ResponseTimeout after {self.config.timeout_s:g}s "
+                    f"talking to {self.host} (no complete response within timeout_s)",
+                    retryable=True)
             except BodyTooLargeError as exc:
                 # Like a 2xx body that is not JSON (a proxy's page, a crashing server):
                 # status 200 marks it for the breaker.
