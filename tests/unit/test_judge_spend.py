@@ -15,7 +15,7 @@ from prometheus_client import generate_latest
 
 from evalstream.config import OpenAIJudgeConfig
 from evalstream.errors import JudgeError, JudgeSpendCapError
-from evalstream.judges.base import JudgeRequest
+from evalstream.judges.base import JudgeRequest, judge_info_of
 from evalstream.judges.openai_compat import OpenAIJudge
 from evalstream.judges.spend import SpendWindow
 from evalstream.metrics import Metrics
@@ -248,3 +248,25 @@ async def test_cap_metrics_exist_from_start_up_and_are_read_at_scrape_time() -> 
     escalations = next(m for m in metrics.registry.collect()
                        if m.name == "evalstream_judge_escalations")
     assert "capped" in escalations.documentation
+
+
+async def test_a_request_refused_once_it_has_a_connection_slot_counts_no_request() -> None:
+    # The cap is checked again once a request holds its connection slot: refused there,
+    # nothing was sent, and its result must not say it sent one ("no request sent" with
+    # requests: 1 was counted as a request in every per-result tally).
+    metrics, clock = Metrics(), FakeClock(1_000.0)
+    async with llm_server(delay_s=0.1) as server:
+        judge = capped_judge(server, metrics, clock, spend_cap_usd=1.0, cache_size=0,
+                             max_concurrency=1)
+        try:
+            outcomes = await asyncio.gather(judge.judge(question("a")),
+                                            judge.judge(question("b")),
+                                            return_exceptions=True)
+        finally:
+            await judge.aclose()
+    refused = [o for o in outcomes if isinstance(o, JudgeSpendCapError)]
+    assert len(refused) == 1
+    assert len(server.posts) == 1
+    info = judge_info_of(refused[0])
+    assert info is not None
+    assert info.requests == 0

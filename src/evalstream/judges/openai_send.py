@@ -211,7 +211,6 @@ class RequestSender:
                         await self._wait(self._tpm.would_wait(estimate),
                                          partial(self._tpm.take, float(estimate)))
                     attempt += 1
-                    usage.requests += 1
                     body, error = await self._attempt(payload, usage)
                     # record() waits for the breaker's lock, so a deadline can cancel it.
                     await self.breaker.record(_backend_answered(error), probe=probe)
@@ -304,6 +303,7 @@ class RequestSender:
             # rate limits, max_concurrency) others' answers may have reached the cap. So
             # only the requests actually on the wire can overshoot it.
             self._spend.check()
+            usage.requests += 1  # counted here: a request refused just above is not sent
             self._in_flight.inc()
             start = time.perf_counter()
             try:
