@@ -215,3 +215,40 @@ async def test_run_commits_periodically_until_cancelled() -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+class _BuggySource(FlakySource):
+    """Its next ``failures`` commits raise what no source is declared to raise (a client
+    bug, an exception type the client wraps nowhere)."""
+
+    async def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        self.calls += 1
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("client bug")
+        await MemorySource.commit(self, offsets)
+
+
+async def test_an_unexpected_commit_error_is_counted_and_the_loop_goes_on() -> None:
+    """The commit loop had no other guard: an exception other than ``SourceError`` ended it
+    for the rest of the process, with nothing logged and nothing counted (the
+    EvalstreamOffsetCommitErrors alert reads the error count), while intake and results
+    went on and committed offsets stood still until the next restart."""
+    tracker = OffsetTracker()
+    tracker.assign([TP])
+    source = _BuggySource()
+    metrics = Metrics(CollectorRegistry())
+    c = Committer(tracker, source, metrics)
+    source.failures = 1
+    tracker.track(TP, 0, 0)
+    task = asyncio.create_task(c.run(0.005))
+    try:
+        async with asyncio.timeout(2):
+            while source.committed != {TP: 1}:
+                assert not task.done(), task
+                await asyncio.sleep(0.005)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, RuntimeError):
+            await task
+    assert (commits(metrics, "error"), commits(metrics, "ok")) == (1.0, 1.0)

@@ -56,6 +56,12 @@ class Committer:
                 self._error.inc()
                 log.warning("commit_failed", error=str(exc))
                 return
+            except Exception as exc:
+                # Not a declared failure (a client bug): counted and retried the same way.
+                # Raised, it ended the commit loop for good, silently, while intake went on.
+                self._error.inc()
+                log.error("commit_failed", error_type=type(exc).__name__)
+                return
             self._tracker.committed(offsets)
             self._ok.inc()
 
