@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+import structlog
 from prometheus_client import CollectorRegistry
 
 from evalstream.app.caught_up import CaughtUp
@@ -131,3 +132,33 @@ async def test_a_start_unknown_at_assignment_is_asked_for_again() -> None:
     caught_up = CaughtUp(source, tracker)
     await caught_up.assigned([TP0])
     assert await caught_up.reached()
+
+
+class _BrokenEnds(MemorySource):
+    """No end offsets at assignment (no answer in time), then a bug on every later ask."""
+
+    def __init__(self) -> None:
+        super().__init__([raw(0)])
+        self.asked = 0
+
+    async def end_offsets(self, tps: Sequence[TP]) -> dict[TP, int]:
+        self.asked += 1
+        if self.asked == 1:
+            return {}
+        raise RuntimeError("source bug")
+
+
+async def test_a_check_that_crashes_stops_the_job_instead_of_leaving_it_running() -> None:
+    # The background tasks had no supervisor: this one ended with its exception unseen
+    # (until the stop's gather discarded it), and the Job ran on for ever, saying nothing.
+    source = _BrokenEnds()
+    worker, _ = _worker(source, until_caught_up=True)
+    with structlog.testing.capture_logs() as logs:
+        run = asyncio.create_task(worker.run())
+        try:
+            code = await asyncio.wait_for(asyncio.shield(run), 5)
+        finally:
+            worker.request_stop()
+            await asyncio.wait_for(run, 10)
+    assert code == 1
+    assert [e["error"] for e in logs if e["event"] == "worker_failed"] == ["source bug"]

@@ -220,7 +220,11 @@ class Worker:
                 watch_caught_up(self.caught_up, self.request_stop, _CAUGHT_UP_INTERVAL_S),
                 name="caught-up"))
         consume = asyncio.create_task(self.message_path.consume(), name="consume")
-        consume.add_done_callback(self._consume_done)
+        # A task that ends with an exception stops the worker. The background ones too:
+        # unsupervised, a dead commit loop froze the commits, a dead caught-up check left
+        # a Job running for ever, each silently (the stop's gather discarded the error).
+        for task in (consume, *background):
+            task.add_done_callback(self._task_done)
         log.info("worker_started", port=self.health.port)
         await self._stop.wait()
         code = await self._shutdown(consume, background, observer_tasks)
@@ -266,9 +270,9 @@ class Worker:
             self._fatal = exc
         self._stop.set()
 
-    def _consume_done(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            self._fail(task.exception())  # type: ignore[arg-type]
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self._fail(exc)
 
     # --- shutdown -----------------------------------------------------------------------
 
