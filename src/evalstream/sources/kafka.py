@@ -39,6 +39,8 @@ __all__ = ["KafkaSource"]
 log = get_logger(__name__)
 
 _BACKOFF_S = 0.5
+#: How far past its own timeout ``poll`` lets aiokafka's getmany run (see ``poll``).
+_POLL_GRACE_S = 0.1
 #: How long ``lag`` waits for the end offsets of paused partitions.
 _END_OFFSETS_TIMEOUT_S = 2.0
 #: How long the start offsets of ``kafka.start_from`` may take (retrying transient errors):
@@ -214,8 +216,16 @@ class KafkaSource:
         if consumer is None:
             return {}
         try:
-            batch = await consumer.getmany(timeout_ms=int(timeout_s * 1000),
-                                           max_records=max_records)
+            # Bounded here too: during a rebalance getmany waits for the new assignment
+            # whatever its timeout, and the assignment waits for our revoke, which waits
+            # for the message intake is starting, while intake sat in its keep-alive poll
+            # (``MessagePath._keep_polled``): every such revoke took its whole deadline.
+            # A cancelled getmany has handed out nothing (positions move as it returns).
+            async with asyncio.timeout(timeout_s + _POLL_GRACE_S):
+                batch = await consumer.getmany(timeout_ms=int(timeout_s * 1000),
+                                               max_records=max_records)
+        except TimeoutError:
+            return {}
         except ConsumerStoppedError:
             return {}
         except _PERMANENT as exc:
