@@ -346,7 +346,8 @@ class KafkaSource:
                 for tp, offset in zip(wanted, found, strict=True) if offset is not None}
 
     async def stop(self) -> None:
-        """Leave the group (triggering a final revoke) and close the connection."""
+        """Leave the group and close the connection. aiokafka runs no revoke callback
+        here: the worker's final commit (``app/shutdown.final_commit``) commits the last work."""
         consumer, self._consumer = self._consumer, None
         self._connected = False
         if consumer is not None:
