@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import (
     GroupAuthorizationFailedError,
     InvalidSessionTimeoutError,
@@ -103,3 +104,35 @@ async def test_lag_counts_from_the_lowest_unfinished_offset_where_the_worker_kno
     lag = await source.lag(lambda tp: 25 if tp == ("traces", 0) else None)
     assert lag == {("traces", 0): 75, ("traces", 1): 60}
     assert consumer.position_calls == 1  # only where the worker knows nothing
+
+
+class _Coordinator:
+    def check_errors(self) -> None:
+        pass
+
+
+class _AssignmentPending:
+    """aiokafka's fetcher while a rebalance is in progress: waits for the new assignment
+    whatever the timeout (here, for good)."""
+
+    async def fetched_records(self, *_: Any, **__: Any) -> Any:
+        await asyncio.Event().wait()
+
+
+async def test_a_poll_cut_short_during_a_rebalance_leaves_aiokafka_s_poll_liveness_working(
+) -> None:
+    # aiokafka's getmany counts itself in a fetch context that has no ``finally``: one
+    # cancelled by poll's own timeout stayed counted for good, so ``fetcher_idle_time``
+    # read 0 from then on and aiokafka never left the group (max_poll_interval_ms) however
+    # long intake stopped polling: a stuck replica kept its partitions.
+    consumer = AIOKafkaConsumer("traces", bootstrap_servers="localhost:1")
+    consumer._coordinator = _Coordinator()
+    consumer._fetcher = _AssignmentPending()
+    source = KafkaSource(KafkaSettings(), ["traces"])
+    source._consumer = consumer
+    try:
+        assert await source.poll(0.0, 1) == {}  # returned within its timeout
+        await asyncio.sleep(0.05)
+        assert consumer._subscription.fetcher_idle_time >= 0.05
+    finally:
+        consumer._closed = True  # never started: nothing to close

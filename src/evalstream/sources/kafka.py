@@ -11,6 +11,7 @@ batch's base offset + 1 (short of the end), so the larger of the two counts.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -66,6 +67,22 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is
         # Positions first: aiokafka calls this before it fetches from ``assigned``.
         await self._position(assigned)
         await self._handler.on_assigned([(tp.topic, tp.partition) for tp in assigned])
+
+
+def _end_fetch(consumer: AIOKafkaConsumer) -> None:
+    """Close the fetch a ``getmany`` cancelled by ``poll``'s timeout left open (aiokafka 0.14).
+
+    getmany counts itself in ``SubscriptionState.fetch_context``, which has no ``finally``:
+    cancelled, it stayed counted for good, ``fetcher_idle_time`` read 0 from then on, and
+    aiokafka never left the group for want of polls (``max_poll_interval_ms``) however
+    long intake was stuck. ``poll`` is the consumer's only reader, one call at a time, so
+    a count left above 0 is that call's; an aiokafka that closes it itself leaves 0 here.
+    """
+    subscription = consumer._subscription
+    if subscription._fetch_count > 0:
+        subscription._fetch_count -= 1
+        if subscription._fetch_count == 0:
+            subscription._last_fetch_ended = time.monotonic()
 
 
 class KafkaSource:
@@ -225,6 +242,7 @@ class KafkaSource:
                 batch = await consumer.getmany(timeout_ms=int(timeout_s * 1000),
                                                max_records=max_records)
         except TimeoutError:
+            _end_fetch(consumer)
             return {}
         except ConsumerStoppedError:
             return {}
