@@ -129,7 +129,8 @@ def _nasty_judge(rng: random.Random) -> JudgeInfo:
                      model=rng.choice([None, _nasty(rng, rng.randint(0, 5000))]),
                      latency_ms=real(), requests=count(), tokens_in=count(),
                      tokens_out=count(), cost_usd=real(), cached=rng.random() < 0.5,
-                     escalated=rng.random() < 0.5, capped=rng.random() < 0.5)
+                     escalated=rng.random() < 0.5, capped=rng.random() < 0.5,
+                     probabilities_from=rng.choice([None, "logprobs", "json", "mixed"]))
 
 
 def test_the_floor_holds_the_widest_judge_a_stand_in_can_carry() -> None:
@@ -145,7 +146,7 @@ def test_the_floor_holds_the_widest_judge_a_stand_in_can_carry() -> None:
                        timestamp=datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC))
     judge = JudgeInfo(backend=wide, model=wide, latency_ms=-2.2250738585072014e-308,
                       requests=-(10**40), tokens_in=-(10**40), tokens_out=-(10**40),
-                      cost_usd=-1.7976931348623157e308)
+                      cost_usd=-1.7976931348623157e308, probabilities_from="logprobs")
     plan = pipeline.plan(TraceEvent(event_id="e", trace_id="t"), "traces")[0]
     size = result_record_bytes(pipeline.failed(event, plan, wide, judge), widest_key=True)
     assert floor - 10 <= size <= floor

@@ -9,11 +9,11 @@ whatever the event and the judge's info hold).
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_args
 
 from evalstream.app.bindings import Planned
 from evalstream.evaluators.base import Score
-from evalstream.events import EvalResult, JudgeInfo, TraceEvent
+from evalstream.events import EvalResult, JudgeInfo, ProbabilitySource, TraceEvent
 
 __all__ = ["error_result", "ok_result", "widest_error_input"]
 
@@ -123,8 +123,8 @@ def widest_error_input(names: tuple[str, ...]) -> tuple[TraceEvent, str, JudgeIn
     Every clipped field (ids, session, app, the attributes ``names``, error, the judge's
     names) at its limit, of the character JSON writes longest (a control character: 6
     bytes as ``\\u0000``); the judge's counts at the longest 64-bit number, its floats at a
-    24-character one (the most JSON writes for any), its flags ``false``; and the latest
-    time stamp.
+    24-character one (the most JSON writes for any), its flags ``false``, its
+    ``probabilities_from`` the longest it can say; and the latest time stamp.
     """
     widest = "\x00"
     ids = widest * _MAX_ID_CHARS
@@ -136,5 +136,6 @@ def widest_error_input(names: tuple[str, ...]) -> tuple[TraceEvent, str, JudgeIn
     longest_float = -2.2250738585072014e-308
     judge = JudgeInfo(backend=name, model=name, latency_ms=longest_float,
                       requests=_INT64_MIN, tokens_in=_INT64_MIN, tokens_out=_INT64_MIN,
-                      cost_usd=longest_float)
+                      cost_usd=longest_float,
+                      probabilities_from=max(get_args(ProbabilitySource), key=len))
     return event, widest * _MAX_ERROR_CHARS, judge
