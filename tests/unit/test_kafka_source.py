@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.consumer.subscription_state import SubscriptionState
 from aiokafka.errors import (
     GroupAuthorizationFailedError,
     InvalidSessionTimeoutError,
@@ -26,6 +27,7 @@ class _Raising:
 
     def __init__(self, exc: Exception) -> None:
         self.exc = exc
+        self._subscription = SubscriptionState()  # what poll reads after a failed fetch
 
     async def getmany(self, **_: Any) -> Any:
         raise self.exc
@@ -132,6 +134,31 @@ async def test_a_poll_cut_short_during_a_rebalance_leaves_aiokafka_s_poll_livene
     source._consumer = consumer
     try:
         assert await source.poll(0.0, 1) == {}  # returned within its timeout
+        await asyncio.sleep(0.05)
+        assert consumer._subscription.fetcher_idle_time >= 0.05
+    finally:
+        consumer._closed = True  # never started: nothing to close
+
+
+class _FetchFails:
+    """aiokafka's fetcher handing out a partition's fetch error (transient)."""
+
+    async def fetched_records(self, *_: Any, **__: Any) -> Any:
+        raise NodeNotReadyError()
+
+
+async def test_a_fetch_error_leaves_aiokafka_s_poll_liveness_working(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same fetch context, left by an error: waited out and polled again, the worker
+    # never counted as idle again either.
+    monkeypatch.setattr(source_module, "_BACKOFF_S", 0.0)
+    consumer = AIOKafkaConsumer("traces", bootstrap_servers="localhost:1")
+    consumer._coordinator = _Coordinator()
+    consumer._fetcher = _FetchFails()
+    source = KafkaSource(KafkaSettings(), ["traces"])
+    source._consumer = consumer
+    try:
+        assert await source.poll(0.0, 1) == {}
         await asyncio.sleep(0.05)
         assert consumer._subscription.fetcher_idle_time >= 0.05
     finally:

@@ -70,13 +70,15 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is
 
 
 def _end_fetch(consumer: AIOKafkaConsumer) -> None:
-    """Close the fetch a ``getmany`` cancelled by ``poll``'s timeout left open (aiokafka 0.14).
+    """Close the fetch a ``getmany`` that did not return left open (aiokafka 0.14).
 
     getmany counts itself in ``SubscriptionState.fetch_context``, which has no ``finally``:
-    cancelled, it stayed counted for good, ``fetcher_idle_time`` read 0 from then on, and
-    aiokafka never left the group for want of polls (``max_poll_interval_ms``) however
-    long intake was stuck. ``poll`` is the consumer's only reader, one call at a time, so
-    a count left above 0 is that call's; an aiokafka that closes it itself leaves 0 here.
+    cancelled (``poll``'s timeout) or raising (a partition's fetch error), it stayed
+    counted for good, ``fetcher_idle_time`` read 0 from then on, and aiokafka never left
+    the group for want of polls (``max_poll_interval_ms``) however long intake was stuck.
+    ``poll`` is the consumer's only reader, one call at a time, so a count left above 0 is
+    that call's (an error raised before the context, or an aiokafka that closes it itself,
+    leaves 0 here).
     """
     subscription = consumer._subscription
     if subscription._fetch_count > 0:
@@ -255,6 +257,7 @@ class KafkaSource:
         except KafkaError as exc:
             # Transient (leader moved, broker restarting), or a single record aiokafka
             # skipped (RecordTooLargeError): back off and keep going.
+            _end_fetch(consumer)
             log.warning("fetch_failed", error=str(exc))
             await asyncio.sleep(_BACKOFF_S)
             return {}
