@@ -53,6 +53,10 @@ EARLY = textwrap.dedent("""
     from evalstream.app.signals import catch_stop_signals_early, install_stop_signals
 
     before, during = sys.argv[2].split(","), sys.argv[3:]
+    # As a shell starts a command in a terminal: a child of a process that ignores SIGINT
+    # (a CI run started in the background, `cmd &`) inherits it ignored, and the check
+    # below would then compare the restored handler with Python's default for nothing.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     async def main() -> None:
         stops = []
