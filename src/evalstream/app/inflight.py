@@ -39,12 +39,11 @@ class InFlight:
         self._metrics = metrics
         self._count = 0
         self._peak = 0
-        self._paused = False
         self._clock = clock
         #: Seconds paused before the current pause, and when that one began.
         self._paused_s = 0.0
         self._paused_at = 0.0
-        #: Set while intake reads (not paused).
+        #: Set while intake reads; clear while it is paused (what ``paused`` reads).
         self._reading = asyncio.Event()
         self._reading.set()
         metrics.in_flight.set_function(lambda: self._count)
@@ -63,7 +62,7 @@ class InFlight:
     @property
     def paused(self) -> bool:
         """Whether the source's partitions are paused for want of a slot."""
-        return self._paused
+        return not self._reading.is_set()
 
     @property
     def full(self) -> bool:
@@ -113,7 +112,7 @@ class InFlight:
         conversation whose next event waits in its partition is unread, not quiet.
         """
         now = self._clock()
-        return now - self._paused_s - (now - self._paused_at if self._paused else 0.0)
+        return now - self._paused_s - (now - self._paused_at if self.paused else 0.0)
 
     async def wait_reading(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` for intake to read again (at once when it does)."""
@@ -121,14 +120,13 @@ class InFlight:
 
     def assigned(self) -> None:
         """Partitions were assigned: keep them paused too while intake is paused."""
-        if self._paused:
+        if self.paused:
             self._source.pause()
 
     def set_paused(self, paused: bool) -> None:
         """Pause or resume the source's partitions (nothing when already so)."""
-        if paused == self._paused:
+        if paused == self.paused:
             return
-        self._paused = paused
         if paused:
             self._paused_at = self._clock()
             self._reading.clear()
