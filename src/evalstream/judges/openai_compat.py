@@ -147,8 +147,9 @@ class OpenAIJudge(Judge):
         self._host = self._sender.host
         self._breaker = self._sender.breaker
         self._cache: TTLCache[_Answer] = TTLCache(config.cache_size, config.cache_ttl_s)
-        for source in ("logprobs", "json"):  # both series from the start, so rate() sees 0
-            metrics.judge_answers.labels(name, source)
+        # Both series bound from the start, so rate() sees 0 before the first answer.
+        self._answers = {source: metrics.judge_answers.labels(name, source)
+                         for source in ("logprobs", "json")}
         self._use_logprobs = config.logprobs != "never"
         # Consecutive logprob responses that came without logprobs (auto mode).
         self._missing_logprobs = 0
@@ -175,7 +176,7 @@ class OpenAIJudge(Judge):
                            request.data)
         answer, hit, latency = await self._cached(key, lambda u: self._judge(request, u))
         if not hit and answer.source is not None:
-            self._metrics.judge_answers.labels(self.name, answer.source).inc()
+            self._answers[answer.source].inc()
         return Judgement(probabilities=dict(answer.probabilities),
                          info=self._info(answer.usage, latency, hit, answer.source))
 
