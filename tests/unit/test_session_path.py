@@ -337,6 +337,22 @@ def record_with_output(offset: int, output: str) -> RawRecord:
     return RawRecord("traces", 0, offset, dump_json(body))
 
 
+def two_evaluations_of_one_session(judge: Any) -> tuple[Worker, MemorySource, MemorySink]:
+    """A worker whose one session route runs two evaluators (``one``, ``two``) with
+    ``judge`` on one message asking the judge, quiet after 50 ms."""
+    source, sink = MemorySource([record_with_output(0, "ask_judge")]), MemorySink()
+    settings = load_settings(
+        None, inputs=[{"topic": "traces"}], sampling={"key": "session_id"},
+        routes=[{"name": "chat", "session": {"gap_s": 0.05},
+                 "evaluators": [{"evaluator": "unit_scripted", "name": "one"},
+                                {"evaluator": "unit_scripted", "name": "two"}]}],
+        server={"host": "127.0.0.1", "port": 0}, drift={"enabled": False},
+        worker={"commit_interval_s": 0.05, "shutdown_timeout_s": 5})
+    w = Worker(settings, registry=CollectorRegistry(), judges={"builtin": judge},
+               source=source, sink=sink)
+    return w, source, sink
+
+
 async def revoke_while_evaluating(seconds: float, cancel: bool) -> tuple[float, MemorySource,
                                                                           MemorySink]:
     """Revoke TP0 while its closed session is being evaluated (its evaluation first
@@ -458,16 +474,7 @@ async def test_a_session_whose_evaluation_a_revoke_cancels_leaves_none_of_its_ow
     drain did not wait for it, and its result went out (or into a closed sink) for members
     already given up."""
     judge = CappedThenWiredJudge(30.0)
-    source, sink = MemorySource([record_with_output(0, "ask_judge")]), MemorySink()
-    settings = load_settings(
-        None, inputs=[{"topic": "traces"}], sampling={"key": "session_id"},
-        routes=[{"name": "chat", "session": {"gap_s": 0.05},
-                 "evaluators": [{"evaluator": "unit_scripted", "name": "one"},
-                                {"evaluator": "unit_scripted", "name": "two"}]}],
-        server={"host": "127.0.0.1", "port": 0}, drift={"enabled": False},
-        worker={"commit_interval_s": 0.05, "shutdown_timeout_s": 5})
-    w = Worker(settings, registry=CollectorRegistry(), judges={"builtin": judge},
-               source=source, sink=sink)
+    w, source, sink = two_evaluations_of_one_session(judge)
     sessions = w.sessions
     assert sessions is not None
     async with serving(w):
@@ -519,16 +526,7 @@ async def test_a_cancelled_session_ends_only_after_its_evaluations_wound_down() 
     down after the cancel): a drain waits for the task only, so that evaluation would
     outlive it."""
     judge = SlowToStopJudge(30.0)
-    source, sink = MemorySource([record_with_output(0, "ask_judge")]), MemorySink()
-    settings = load_settings(
-        None, inputs=[{"topic": "traces"}], sampling={"key": "session_id"},
-        routes=[{"name": "chat", "session": {"gap_s": 0.05},
-                 "evaluators": [{"evaluator": "unit_scripted", "name": "one"},
-                                {"evaluator": "unit_scripted", "name": "two"}]}],
-        server={"host": "127.0.0.1", "port": 0}, drift={"enabled": False},
-        worker={"commit_interval_s": 0.05, "shutdown_timeout_s": 5})
-    w = Worker(settings, registry=CollectorRegistry(), judges={"builtin": judge},
-               source=source, sink=sink)
+    w, source, sink = two_evaluations_of_one_session(judge)
     sessions = w.sessions
     assert sessions is not None
     stopped_when_the_session_ended: list[int] = []
