@@ -121,17 +121,24 @@ class _AssignmentPending:
         await asyncio.Event().wait()
 
 
+def unstarted_source(fetcher: Any) -> tuple[AIOKafkaConsumer, KafkaSource]:
+    """A source over a real, never started aiokafka consumer whose fetcher is ``fetcher``:
+    its ``getmany`` (and fetch accounting) run for real up to the fetcher."""
+    consumer = AIOKafkaConsumer("traces", bootstrap_servers="localhost:1")
+    consumer._coordinator = _Coordinator()
+    consumer._fetcher = fetcher
+    source = KafkaSource(KafkaSettings(), ["traces"])
+    source._consumer = consumer
+    return consumer, source
+
+
 async def test_a_poll_cut_short_during_a_rebalance_leaves_aiokafka_s_poll_liveness_working(
 ) -> None:
     # aiokafka's getmany counts itself in a fetch context that has no ``finally``: one
     # cancelled by poll's own timeout stayed counted for good, so ``fetcher_idle_time``
     # read 0 from then on and aiokafka never left the group (max_poll_interval_ms) however
     # long intake stopped polling: a stuck replica kept its partitions.
-    consumer = AIOKafkaConsumer("traces", bootstrap_servers="localhost:1")
-    consumer._coordinator = _Coordinator()
-    consumer._fetcher = _AssignmentPending()
-    source = KafkaSource(KafkaSettings(), ["traces"])
-    source._consumer = consumer
+    consumer, source = unstarted_source(_AssignmentPending())
     try:
         assert await source.poll(0.0, 1) == {}  # returned within its timeout
         await asyncio.sleep(0.05)
@@ -152,11 +159,7 @@ async def test_a_fetch_error_leaves_aiokafka_s_poll_liveness_working(
     # The same fetch context, left by an error: waited out and polled again, the worker
     # never counted as idle again either.
     monkeypatch.setattr(source_module, "_BACKOFF_S", 0.0)
-    consumer = AIOKafkaConsumer("traces", bootstrap_servers="localhost:1")
-    consumer._coordinator = _Coordinator()
-    consumer._fetcher = _FetchFails()
-    source = KafkaSource(KafkaSettings(), ["traces"])
-    source._consumer = consumer
+    consumer, source = unstarted_source(_FetchFails())
     try:
         assert await source.poll(0.0, 1) == {}
         await asyncio.sleep(0.05)
