@@ -231,6 +231,7 @@ def test_credentials_come_only_from_existing_secrets(all_on_docs: list[Manifest]
     ("values", "message"),
     [
         ({"config": {"kafka": {"sasl_password": "hunter2"}}}, "sasl_password"),
+        ({"config": {"kafka": {"ssl_password": "hunter2"}}}, "config.kafka.ssl_password must not"),
         ({"config": {"judges": {"llm": {"type": "openai", "base_url": "http://x", "model": "m",
                                         "api_key_env": "JUDGE_KEY"}}}}, "JUDGE_KEY"),
         ({"config": {"judges": {"llm": {"type": "openai", "base_url": "http://x", "model": "m",
@@ -270,7 +271,8 @@ def test_credentials_come_only_from_existing_secrets(all_on_docs: list[Manifest]
         ({"podDisruptionBudget": {"enable": True}}, "'enable' not allowed"),
         ({"replicacount": 3}, "'replicacount' not allowed"),
     ],
-    ids=["sasl-password-in-values", "api-key-env-without-secret", "api-key-in-values",
+    ids=["sasl-password-in-values", "ssl-password-in-values", "api-key-env-without-secret",
+         "api-key-in-values",
          "sasl-without-secret", "keda-and-hpa", "grace-below-drain", "schema-type",
          "schema-secret-ref", "server-loopback", "server-hostname", "keda-scale-to-zero",
          "keda-min-above-cap", "hpa-min-above-cap", "keda-private-ca-without-ca",

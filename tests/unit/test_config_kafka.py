@@ -233,6 +233,49 @@ def test_unusable_client_key_is_a_config_error_at_load(tmp_path: Path, problem: 
         load_settings(None, kafka=tls(cert, key))
 
 
+def encrypted_key(directory: Path, passphrase: str) -> tuple[Path, Path]:
+    """A self-signed certificate and its key encrypted with ``passphrase``."""
+    cert, key = self_signed(directory, "client")
+    encrypted = directory / "client.enc.key"
+    subprocess.run(["openssl", "pkey", "-in", str(key), "-aes256", "-passout",
+                    f"pass:{passphrase}", "-out", str(encrypted)],
+                   check=True, capture_output=True, timeout=30)
+    assert b"ENCRYPTED" in encrypted.read_bytes()
+    return cert, encrypted
+
+
+def test_an_encrypted_client_key_loads_with_its_passphrase(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cert, key = encrypted_key(tmp_path, "hunter2")
+    passphrase = tmp_path / "passphrase"
+    passphrase.write_text("hunter2\n", encoding="utf-8")  # as from a Secret
+    settings = load_settings(None, kafka=tls(cert, key) | {"ssl_password_file": str(passphrase)})
+    assert isinstance(settings.kafka.client_options()["ssl_context"], ssl.SSLContext)
+    monkeypatch.setenv("EVALSTREAM_KAFKA__SSL_PASSWORD", "hunter2\n")
+    settings = load_settings(None, kafka=tls(cert, key))
+    assert isinstance(settings.kafka.client_options()["ssl_context"], ssl.SSLContext)
+
+
+def test_an_encrypted_client_key_without_its_passphrase_says_so(tmp_path: Path) -> None:
+    # Without a passphrase callback OpenSSL prompted on the terminal (check-config waited
+    # for input) or, with none, failed with "[Errno 22] Invalid argument".
+    cert, key = encrypted_key(tmp_path, "hunter2")
+    code = ("from evalstream.config import load_settings\n"
+            f"load_settings(None, kafka={tls(cert, key)!r})\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert "ConfigError: kafka.ssl_keyfile is encrypted: set EVALSTREAM_KAFKA__SSL_PASSWORD " \
+           "or kafka.ssl_password_file" in proc.stderr, proc.stderr
+
+
+def test_a_wrong_passphrase_is_named_as_the_likely_cause(tmp_path: Path) -> None:
+    cert, key = encrypted_key(tmp_path, "hunter2")
+    wrong = tmp_path / "wrong"
+    wrong.write_text("hunter3", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"cannot load .*is the key's passphrase right\?"):
+        load_settings(None, kafka=tls(cert, key) | {"ssl_password_file": str(wrong)})
+
+
 @pytest.mark.parametrize(("option", "says"), [
     ("enable_auto_commit", "commits only those"),
     ("acks", "acknowledged by every in-sync replica"),

@@ -113,6 +113,7 @@ def test_a_query_in_base_url_is_refused_naming_the_query_setting(
     ("section", "needle"),
     [
         ({"kafka": {"sasl_password": "hunter2"}}, "kafka.sasl_password: set EVALSTREAM_KAFKA__"),
+        ({"kafka": {"ssl_password": "hunter2"}}, "kafka.ssl_password: set EVALSTREAM_KAFKA__"),
         ({"kafka": {"extra": {"sasl_plain_password": "hunter2"}}},
          "kafka.extra.sasl_plain_password"),
         # Whatever the mechanism: a token written in the file is one.

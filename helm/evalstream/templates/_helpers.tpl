@@ -84,6 +84,9 @@ Included once, from the Deployment.
 {{- if hasKey $kafka "sasl_password" }}
 {{- fail "config.kafka.sasl_password must not be in values (it would land in a ConfigMap): set secrets.kafkaSasl.existingSecret instead" }}
 {{- end }}
+{{- if hasKey $kafka "ssl_password" }}
+{{- fail "config.kafka.ssl_password must not be in values (it would land in a ConfigMap): mount the passphrase from a Secret and set config.kafka.ssl_password_file, or set EVALSTREAM_KAFKA__SSL_PASSWORD from a Secret in extraEnv" }}
+{{- end }}
 {{- $protocol := get $kafka "security_protocol" | default "PLAINTEXT" }}
 {{- if and (hasPrefix "SASL" $protocol) (not .Values.secrets.kafkaSasl.existingSecret) (not (get $kafka "sasl_password_file")) }}
 {{- fail (printf "config.kafka.security_protocol is %s: set secrets.kafkaSasl.existingSecret (or config.kafka.sasl_password_file with a mounted Secret)" $protocol) }}

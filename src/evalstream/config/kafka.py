@@ -154,6 +154,10 @@ class KafkaSettings(Section):
     ssl_cafile: Path | None = None
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
+    #: The passphrase of an encrypted ``ssl_keyfile``, from EVALSTREAM_KAFKA__SSL_PASSWORD
+    #: (or use ``ssl_password_file``); refused in the YAML file.
+    ssl_password: SecretStr | None = None
+    ssl_password_file: Path | None = None
     #: How long an unreachable broker is waited for - at start-up, and by each publish -
     #: before the worker exits with 1 (a broker that comes up after the worker, or
     #: restarts, is normal in a cluster); 0 tries once.
@@ -203,7 +207,8 @@ class KafkaSettings(Section):
             raise ValueError(f"{when.isoformat()} is before 1970-01-01T00:00:00Z")
         return when
 
-    @field_validator("sasl_password_file", "ssl_cafile", "ssl_certfile", "ssl_keyfile")
+    @field_validator("sasl_password_file", "ssl_cafile", "ssl_certfile", "ssl_keyfile",
+                     "ssl_password_file")
     @classmethod
     def _readable_file(cls, path: Path | None) -> Path | None:
         # Checked at load so that check-config and run fail alike (exit 2), before connecting.
@@ -235,7 +240,9 @@ class KafkaSettings(Section):
             raise ValueError(f"sasl_mechanism {self.sasl_mechanism} is set but "
                              f"security_protocol is {protocol}: SASL is used only with "
                              f"SASL_PLAINTEXT or SASL_SSL")
-        files = [name for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
+        # Not ssl_password: like the SASL one, a platform may export it whatever the protocol.
+        files = [name for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile",
+                                   "ssl_password_file")
                  if getattr(self, name) is not None]
         if files and protocol not in ("SSL", "SASL_SSL"):
             raise ValueError(f"{', '.join(files)} set but security_protocol is {protocol}: "
@@ -313,13 +320,36 @@ class KafkaSettings(Section):
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(f"kafka.ssl_cafile: cannot load {self.ssl_cafile}: {exc}") from exc
         if self.ssl_certfile is not None:
+            asked: list[bool] = []
+
+            def passphrase() -> str:
+                asked.append(True)
+                return self._key_passphrase()
+
             try:
+                # Always a callable: without one, OpenSSL prompts on the terminal for an
+                # encrypted key's passphrase (check-config hung) or, with no terminal,
+                # fails with "[Errno 22] Invalid argument", which names nothing.
                 context.load_cert_chain(
-                    str(self.ssl_certfile), str(self.ssl_keyfile) if self.ssl_keyfile else None)
+                    str(self.ssl_certfile), str(self.ssl_keyfile) if self.ssl_keyfile else None,
+                    password=passphrase)
+            except ConfigError:
+                raise
             except (OSError, ssl.SSLError) as exc:
+                # OpenSSL says only "PEM lib" for a wrong passphrase.
+                hint = " (is the key's passphrase right?)" if asked else ""
                 raise ConfigError(f"kafka.ssl_certfile/ssl_keyfile: cannot load "
-                                  f"{self.ssl_certfile}: {exc}") from exc
+                                  f"{self.ssl_certfile}: {exc}{hint}") from exc
         return context
+
+    def _key_passphrase(self) -> str:
+        """The encrypted client key's passphrase; called by OpenSSL only for such a key."""
+        if self.ssl_password is not None:
+            return self.ssl_password.get_secret_value().strip()
+        if self.ssl_password_file is not None:
+            return read_secret_file(self.ssl_password_file, "kafka.ssl_password_file")
+        raise ConfigError("kafka.ssl_keyfile is encrypted: set EVALSTREAM_KAFKA__SSL_PASSWORD "
+                          "or kafka.ssl_password_file to its passphrase")
 
     def password(self) -> str | None:
         """The SASL password, from the environment-provided value or the file.

@@ -236,6 +236,9 @@ def _refuse_inline_secrets(data: dict[str, Any], path: Path | str) -> None:
         if kafka.get("sasl_password") is not None:
             found.append("kafka.sasl_password: set EVALSTREAM_KAFKA__SASL_PASSWORD or "
                          "kafka.sasl_password_file instead")
+        if kafka.get("ssl_password") is not None:
+            found.append("kafka.ssl_password: set EVALSTREAM_KAFKA__SSL_PASSWORD or "
+                         "kafka.ssl_password_file instead")
         extra = kafka.get("extra")
         if isinstance(extra, dict):
             found.extend(f"kafka.extra.{name}: {where}" for name, where in _EXTRA_SECRETS.items()
