@@ -114,6 +114,11 @@ def test_a_query_in_base_url_is_refused_naming_the_query_setting(
     [
         ({"kafka": {"sasl_password": "hunter2"}}, "kafka.sasl_password: set EVALSTREAM_KAFKA__"),
         ({"kafka": {"ssl_password": "hunter2"}}, "kafka.ssl_password: set EVALSTREAM_KAFKA__"),
+        # A plugin evaluator's param: check-config would print it unless typed SecretStr.
+        ({"routes": [{"evaluators": [{"evaluator": "refusal"},
+                                     {"evaluator": "mine", "params": {"apiKey": "hunter2",
+                                                                      "max_tokens": 5}}]}]},
+         "routes.0.evaluators.1.params.apiKey: a secret; let the evaluator read it"),
         ({"kafka": {"extra": {"sasl_plain_password": "hunter2"}}},
          "kafka.extra.sasl_plain_password"),
         # Whatever the mechanism: a token written in the file is one.
@@ -154,6 +159,21 @@ def test_inline_secrets_in_the_file_are_refused(
     assert main(["check-config", str(path)]) == 2
     assert main(["run", "--config", str(path)]) == 2
     assert "hunter2" not in capsys.readouterr().err
+
+
+def test_plugin_params_that_only_mention_keys_or_tokens_stay_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    names = ["max_token", "token_limit", "key_field", "monkey", "api_key_env", "secret_file",
+             "cache_key", "tokens"]
+    path.write_text(yaml.safe_dump({"routes": [{"name": "r", "evaluators": [
+        {"evaluator": "mine", "params": dict.fromkeys(names, 1)}]}]}), encoding="utf-8")
+    assert set(load_settings(path).routes[0].evaluators[0].params) == set(names)
+    for name in ("api_key", "OPENAI_API_KEY", "clientSecret", "password", "token",
+                 "access-token", "private_key", "credentials"):
+        path.write_text(yaml.safe_dump({"routes": [{"name": "r", "evaluators": [
+            {"evaluator": "mine", "params": {name: "hunter2"}}]}]}), encoding="utf-8")
+        with pytest.raises(ConfigError, match=rf"params\.{name}: a secret"):
+            load_settings(path)
 
 
 def test_what_is_no_secret_stays_accepted_in_the_file(tmp_path: Path) -> None:

@@ -248,6 +248,7 @@ def _refuse_inline_secrets(data: dict[str, Any], path: Path | str) -> None:
         for name, judge in judges.items():
             if isinstance(judge, dict):
                 found.extend(_judge_secrets(str(name), judge))
+    found.extend(_param_secrets(data.get("routes")))
     if found:
         raise ConfigError(f"secrets must not be written in the config file {path} (it ends up "
                           f"in ConfigMaps, repositories and logs):\n  " + "\n  ".join(found))
@@ -305,6 +306,32 @@ def _judge_secrets(name: str, judge: dict[str, Any]) -> list[str]:
                           if field == "headers" else "")
                 found.append(f"judges.{name}.{field} {secret}: a key; set {header}"
                              f"{env}{field.upper()} as JSON (merged over the file's)")
+    return found
+
+
+#: A route evaluator param that holds a credential, by its name with case and separators
+#: dropped. Narrower than ``_KEY_NAME``: param names are the plugin's own, and counts such
+#: as ``max_token`` or ``token_limit``, or ``key_field``, are common there.
+_SECRET_PARAM = re.compile(
+    r"(?:^(?:key|token)|apikey|apitoken|accesstoken|authtoken|bearertoken|password|passwd"
+    r"|secret|secretkey|privatekey|credentials?)$")
+
+
+def _param_secrets(routes: object) -> list[str]:
+    """Route evaluator ``params`` in the file whose names say they hold a credential. No
+    shipped evaluator has such a param; a plugin's would be printed by check-config unless
+    it types it ``SecretStr``, and the file is a ConfigMap or a repository all the same."""
+    found: list[str] = []
+    for ri, route in enumerate(routes if isinstance(routes, list) else ()):
+        evaluators = route.get("evaluators") if isinstance(route, dict) else None
+        for ei, spec in enumerate(evaluators if isinstance(evaluators, list) else ()):
+            params = spec.get("params") if isinstance(spec, dict) else None
+            if isinstance(params, dict):
+                found.extend(
+                    f"routes.{ri}.evaluators.{ei}.params.{k}: a secret; let the evaluator "
+                    f"read it from an environment variable or a file (name that in params)"
+                    for k in sorted(str(k) for k in params)
+                    if _SECRET_PARAM.search(re.sub(r"[^a-z0-9]", "", k.lower())))
     return found
 
 
