@@ -45,6 +45,7 @@ README = ROOT / "README.md"
 #: Settings that must never be written in the file (loading refuses them): documented by
 #: their dotted name in the example's header instead of as a key.
 SECRETS = {"kafka.sasl_password": "kafka.sasl_password",
+           "kafka.ssl_password": "kafka.ssl_password",
            "judges.openai.api_key": "judges.*.api_key"}
 
 #: Settings shown as the alternative to another key, in that key's comment.
