@@ -270,3 +270,25 @@ def test_hand_over_resolves_a_firing_label_mix_under_its_own_id() -> None:
         assert alert.alert_id == firing[kind].alert_id
         assert "handed over at shutdown" in alert.summary
     assert engine.hand_over(108.0) == []  # nothing firing any more
+
+
+def test_a_restart_mid_incident_learns_the_drift_and_the_hand_over_says_so() -> None:
+    """State is not kept: a worker started while the pass rate is down learns the drifted
+    rate as its baseline and stays quiet (a configured baseline still fires). The hand-over
+    summary must not promise that the next worker fires again."""
+    def run(settings: DriftSettings) -> list[str]:
+        rng, engine, states = random.Random(3), DriftEngine(settings), []
+        for i in range(2000):
+            engine.observe(result(rng.random() < 0.6), 1_700_000_000.0 + i)
+            states += [a.state for a in engine.drain_alerts(1_700_000_000.0 + i)]
+        return states
+    assert run(SETTINGS) == []
+    assert run(SETTINGS.model_copy(update={"baselines": {"refusal": 0.9}}))[:1] == ["firing"]
+    engine = DriftEngine(SETTINGS.model_copy(update={"baselines": {"refusal": 0.9}}))
+    for i in range(200):
+        engine.observe(result(False), float(i))
+    assert [a.state for a in engine.drain_alerts(200.0)] == ["firing"]
+    [handed] = engine.hand_over(201.0)
+    assert "may fire again" not in handed.summary
+    assert "relearns its baseline" in handed.summary
+    assert "drift.baselines" in handed.summary

@@ -32,7 +32,9 @@ KIND_LABEL_SHARE = "label_share"
 KIND_LABEL_MIX = "label_mix"
 
 _HANDOVER = ("handed over at shutdown, still firing when this worker stopped (detector "
-             "state is not kept: it may fire again after the restart)")
+             "state is not kept: a restarted worker relearns its baseline, from this drift "
+             "if it persists, and then stays quiet; a baseline set in drift.baselines "
+             "does not)")
 
 
 def format_window(seconds: int) -> str:
@@ -202,8 +204,10 @@ class DriftEngine:
         """Resolve every firing alert because this process is stopping.
 
         Detector state lives in memory and an alert's id hashes its first-seen time, so no
-        later process could ever resolve an alert left firing. The summary says so: the
-        next process learns afresh and fires again if the drift persists.
+        later process could ever resolve an alert left firing. The summary says what the
+        next process does: it learns its baseline afresh, so a drift that persists through
+        its warm-up becomes its baseline and does not fire again (a configured baseline,
+        ``drift.baselines``, is not relearned and does).
         """
         alerts: list[Alert] = []
         for key in self._keys.values():
