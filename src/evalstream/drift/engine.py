@@ -33,7 +33,7 @@ KIND_LABEL_MIX = "label_mix"
 
 _HANDOVER = ("handed over at shutdown, still firing when this worker stopped (detector "
              "state is not kept: a restarted worker relearns its baseline, from this drift "
-             "if it persists, and then stays quiet; a baseline set in drift.baselines "
+             "if it persists, and then stays quiet; a pass rate set in drift.baselines "
              "does not)")
 
 
@@ -206,8 +206,8 @@ class DriftEngine:
         Detector state lives in memory and an alert's id hashes its first-seen time, so no
         later process could ever resolve an alert left firing. The summary says what the
         next process does: it learns its baseline afresh, so a drift that persists through
-        its warm-up becomes its baseline and does not fire again (a configured baseline,
-        ``drift.baselines``, is not relearned and does).
+        its warm-up becomes its baseline and does not fire again (a pass rate configured in
+        ``drift.baselines`` is not relearned and does; label shares are always learned).
         """
         alerts: list[Alert] = []
         for key in self._keys.values():
