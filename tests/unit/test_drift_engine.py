@@ -292,3 +292,28 @@ def test_a_restart_mid_incident_learns_the_drift_and_the_hand_over_says_so() -> 
     assert "may fire again" not in handed.summary
     assert "relearns its baseline" in handed.summary
     assert "drift.baselines" in handed.summary
+
+
+def test_a_label_mix_alert_resolves_when_its_window_stays_too_thin_to_test() -> None:
+    """Traffic falling below min_samples per window left label_mix firing for good: with
+    no test there was no resolve, and a stream with a result now and then is never
+    'quiet'. Untestable for stale_after_s, it resolves as stale, as a silent one does."""
+    rng = random.Random(2)
+    engine = DriftEngine(SETTINGS)  # 1-minute mix window, min_samples 30, stale after 1h
+    t, states = 0.0, []
+    for i in range(600):  # warm-up at 4/s, then "negative" takes over
+        label = "negative" if i >= 400 else rng.choice(["positive", "neutral"])
+        engine.observe(result(None, evaluator="sentiment", label=label), t)
+        t += 0.25
+        states += [a.state for a in engine.drain_alerts(t) if a.kind == "label_mix"]
+    assert states == ["firing"]
+    later = []
+    for _ in range(60 * 3):  # three hours at one result a minute, back to the old mix
+        t += 60
+        engine.observe(result(None, evaluator="sentiment",
+                              label=rng.choice(["positive", "neutral"])), t)
+        later += [a for a in engine.drain_alerts(t) if a.kind == "label_mix"]
+    assert states + [a.state for a in later] == ["firing", "resolved"]
+    assert later[0].summary.endswith("stale, no window of 30+ labels to test for 3600 s")
+    mix = next(d for d in engine.detectors() if d.kind == "label_mix")
+    assert not mix.firing

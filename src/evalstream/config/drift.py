@@ -88,7 +88,8 @@ class DriftSettings(Section):
     #: Escalate to ``critical`` when the live window's whole interval sits this far beyond
     #: the baseline (upper bound below baseline - x, or lower bound above share + x).
     critical_shift: float = Field(default=0.20, gt=0.0, le=1.0)
-    #: A firing alert with no new evaluations for this long resolves as stale.
+    #: A firing alert with no new evaluations for this long resolves as stale (a label-mix
+    #: alert also when its window held fewer than ``min_samples`` labels, too few to test).
     stale_after_s: float = Field(default=3600.0, gt=0)
 
     @field_validator("severities")

@@ -299,7 +299,8 @@ class DriftEngine:
         if handover:
             summary = f"{what}: {_HANDOVER}"
         elif res is None:
-            summary = f"{what}: no data, stale"
+            summary = (f"{what}: stale, no window of {self.settings.min_samples}+ labels to "
+                       f"test for {self.settings.stale_after_s:g} s")
         else:
             verb = "shifted" if state == "firing" else "back to baseline"
             summary = (f"{what} {verb} (G={res.g:.1f}, df={res.df}, p={res.p_value:.2g}); "

@@ -226,6 +226,8 @@ class MixDetector:
     first_seen: float | None = None
     last_seen: float | None = None
     last: MixResult | None = None
+    #: When the window last held ``min_samples`` labels to test (see ``check_stale``).
+    last_tested: float | None = None
     pending: list[tuple[Literal["firing", "resolved"], float, MixResult | None]] = field(
         default_factory=list)
 
@@ -256,6 +258,7 @@ class MixDetector:
         self.last = result
         if result is None:
             return
+        self.last_tested = now
         if not self.firing and result.p_value < self.alpha:
             self.firing, self.first_seen = True, now
             self.pending.append(("firing", now, result))
@@ -264,8 +267,11 @@ class MixDetector:
             self.pending.append(("resolved", now, result))
 
     def check_stale(self, now: float, stale_after_s: float) -> None:
-        """Resolve a firing alert whose stream went quiet for ``stale_after_s``."""
-        if self.firing and self.last_seen is not None and now - self.last_seen >= stale_after_s:
+        """Resolve a firing alert whose stream went quiet for ``stale_after_s``, or whose
+        window held too few labels to test (``min_samples``) that long: a stream thinned to
+        a result now and then is never quiet, and without a test it never resolved."""
+        if self.firing and any(t is not None and now - t >= stale_after_s
+                               for t in (self.last_seen, self.last_tested)):
             self.firing = False
             self.pending.append(("resolved", now, None))
 
