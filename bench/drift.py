@@ -7,8 +7,8 @@ and measures, for both detectors:
 * the detection delay on streams whose pass rate drops to 0.85 at a random time.
 
 The fixed rule alarms while the mean of the last 15 minutes is below a threshold; its
-threshold is tuned on the same null streams to the most sensitive value whose false-alarm
-rate is at least evalstream's, so evalstream is compared at an equal or lower false-alarm
+threshold is tuned on the same null streams to the least sensitive value whose false-alarm
+rate is still at least evalstream's, so evalstream is compared at an equal or lower false-alarm
 rate. Alarm episodes are counted with a 15-minute refractory period for both detectors (an
 alarm within 15 minutes of the previous one is the same incident), so a window average
 flickering around its threshold is not penalised for the flicker.
@@ -197,7 +197,7 @@ def main() -> None:
         days_done += n
     cusum_fa = cusum_onsets / days_done
     fixed_fa = fixed_by_k / days_done
-    # Most sensitive threshold whose false-alarm rate is still >= evalstream's: the fixed
+    # Least sensitive threshold whose false-alarm rate is still >= evalstream's: the fixed
     # rule is given at least as many false alarms as evalstream.
     # With no false alarm observed for evalstream, the fixed rule gets the most sensitive
     # threshold that raised none either.
