@@ -124,6 +124,44 @@ Included once, from the Deployment.
 {{- if and .Values.autoscaling.keda.enabled .Values.autoscaling.hpa.enabled }}
 {{- fail "enable at most one of autoscaling.keda and autoscaling.hpa: both would fight over spec.replicas" }}
 {{- end }}
+{{- include "evalstream.validateEnvOverrides" . }}
+{{- end }}
+
+{{/*
+extraEnv must not override a setting the chart renders from config: the pod would follow
+the variable and the chart's objects the file (a moved port fails every probe). Variable
+names are case-insensitive, and a whole section as JSON (EVALSTREAM_SERVER='{"port":
+9100}') is merged key by key, so it counts when its JSON holds the key; one whose value
+comes from a Secret or ConfigMap cannot be seen, and neither can extraEnvFrom's keys.
+Each entry: section, key ("" for the whole section), what the chart renders from it.
+*/}}
+{{- define "evalstream.validateEnvOverrides" -}}
+{{- $read := list (list "server" "port" "the container port the probes, Service and scrapes use")
+  (list "server" "host" "its all-interfaces check")
+  (list "worker" "shutdown_timeout_s" "terminationGracePeriodSeconds") }}
+{{- if .Values.autoscaling.keda.enabled }}
+{{- range (list "bootstrap_servers" "group_id" "auto_offset_reset" "security_protocol" "sasl_mechanism" "ssl_cafile" "ssl_certfile" "ssl_keyfile") }}
+{{- $read = append $read (list "kafka" . "the KEDA ScaledObject's triggers") }}
+{{- end }}
+{{- $read = append $read (list "inputs" "" "the KEDA ScaledObject's triggers") }}
+{{- end }}
+{{- range (.Values.extraEnv | default list) }}
+{{- $name := .name | toString | upper }}
+{{- $json := dict }}
+{{- if kindIs "string" .value }}
+{{- $json = fromJson .value }}
+{{- end }}
+{{- range $read }}
+{{- $section := index . 0 }}
+{{- $key := index . 1 }}
+{{- $path := trimSuffix "." (printf "config.%s.%s" $section $key) }}
+{{- $leaf := and $key (eq $name (printf "EVALSTREAM_%s__%s" $section $key | upper)) }}
+{{- $whole := and (eq $name (printf "EVALSTREAM_%s" $section | upper)) (or (not $key) (hasKey $json $key)) }}
+{{- if or $leaf $whole }}
+{{- fail (printf "extraEnv %s overrides %s, which the chart also reads for %s: the pod and the chart would disagree; set %s in values instead" $name $path (index . 2) $path) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* Environment: credentials from existing Secrets only, then the operator's extras. */}}
