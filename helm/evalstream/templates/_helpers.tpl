@@ -87,6 +87,14 @@ Included once, from the Deployment.
 {{- if hasKey $kafka "ssl_password" }}
 {{- fail "config.kafka.ssl_password must not be in values (it would land in a ConfigMap): mount the passphrase from a Secret and set config.kafka.ssl_password_file, or set EVALSTREAM_KAFKA__SSL_PASSWORD from a Secret in extraEnv" }}
 {{- end }}
+{{- $extra := get $kafka "extra" }}
+{{- if kindIs "map" $extra }}
+{{- range (list "sasl_plain_password" "sasl_oauth_token_provider") }}
+{{- if hasKey $extra . }}
+{{- fail (printf "config.kafka.extra.%s must not be in values (it would land in a ConfigMap): set secrets.kafkaSasl.existingSecret (or config.kafka.sasl_password_file with a mounted Secret) instead" .) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- $protocol := get $kafka "security_protocol" | default "PLAINTEXT" }}
 {{- if and (hasPrefix "SASL" $protocol) (not .Values.secrets.kafkaSasl.existingSecret) (not (get $kafka "sasl_password_file")) }}
 {{- fail (printf "config.kafka.security_protocol is %s: set secrets.kafkaSasl.existingSecret (or config.kafka.sasl_password_file with a mounted Secret)" $protocol) }}
@@ -105,6 +113,27 @@ Included once, from the Deployment.
 {{- if kindIs "map" $judge }}
 {{- if hasKey $judge "api_key" }}
 {{- fail (printf "config.judges.%s.api_key must not be in values: use api_key_env plus secrets.judgeApiKeys" $name) }}
+{{- end }}
+{{- if regexMatch "^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@" (get $judge "base_url" | toString) }}
+{{- fail (printf "config.judges.%s.base_url holds user info (user@ or user:password@), which would land in a ConfigMap: send the key with api_key_env and api_key_header (secrets.judgeApiKeys) instead" $name) }}
+{{- end }}
+{{- /* A header or query parameter named like a key. A subset of the worker's own check
+(config/loading.py), which refuses these at start-up, after the ConfigMap holds them:
+a key word standing alone in the name, or ending it, once an idempotency or cache key
+suffix (an id, not a credential) is cut off; and Azure's sig and code parameters. */}}
+{{- range $field := list "headers" "query" }}
+{{- $items := get $judge $field }}
+{{- if kindIs "map" $items }}
+{{- range $item, $_ := $items }}
+{{- $n := regexReplaceAll "(idempotency|cache)[-_]?key$" (lower $item) "" }}
+{{- $word := regexMatch "(^|[^a-z0-9])(api_?key|key|token|secret|pass|passwd|password|auth|authorization|creds?|credentials?)([^a-z0-9]|$)" $n }}
+{{- $suffix := regexMatch "(key|token|secret|password|passwd)$" $n }}
+{{- $azure := and (eq $field "query") (regexMatch "^(sig|code)$" $n) }}
+{{- if or $word $suffix $azure }}
+{{- fail (printf "config.judges.%s.%s %q holds a key, which would land in a ConfigMap: send it with api_key_env and api_key_header (secrets.judgeApiKeys), or set EVALSTREAM_JUDGES__%s__%s as JSON from a Secret (extraEnv valueFrom)" $name $field $item (upper $name) (upper $field)) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- $env := get $judge "api_key_env" }}
 {{- /* extraEnvFrom's keys are unknown at render time: trust it to provide the variable. */}}
