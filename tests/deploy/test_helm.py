@@ -9,6 +9,7 @@ rendered ConfigMap must hold a config that ``evalstream check-config`` accepts.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -205,6 +206,24 @@ def test_grace_period_outlasts_the_worker_drain(
     assert grace > drain
 
 
+def test_grace_period_fits_the_whole_stop_not_only_the_drain() -> None:
+    """After the drain the worker flushes results, commits and closes within a budget of
+    its own (``app/shutdown.py``); a grace period covering only the drain killed it there,
+    so the drained work was neither durable nor committed, and was evaluated again."""
+    from evalstream.app.shutdown import _CLOSE_BUDGET_S, _CLOSE_STEP_MIN_S
+
+    # Eight steps after the drain (observers, flush, commit, five closes) may each take
+    # their minimum once the budget is spent.
+    finish = _CLOSE_BUDGET_S + 8 * _CLOSE_STEP_MIN_S
+    default = one(render(), "Deployment")["spec"]["template"]["spec"]
+    assert default["terminationGracePeriodSeconds"] >= 25 + finish
+    too_short = 25 + math.ceil(_CLOSE_BUDGET_S)  # past the drain, short of the finish
+    with pytest.raises(helm.HelmError, match="flush results, commit offsets and close"):
+        render({"terminationGracePeriodSeconds": too_short})
+    enough = one(render({"terminationGracePeriodSeconds": 40}), "Deployment")
+    assert enough["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 40
+
+
 def test_metrics_port_follows_the_config() -> None:
     docs = render({"config": {"server": {"port": 9100}}})
     ports = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["ports"]
@@ -239,7 +258,7 @@ def test_credentials_come_only_from_existing_secrets(all_on_docs: list[Manifest]
         ({"config": {"kafka": {"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN"}}},
          "existingSecret"),
         ({"autoscaling": {"keda": {"enabled": True}, "hpa": {"enabled": True}}}, "at most one"),
-        ({"terminationGracePeriodSeconds": 10}, "must exceed"),
+        ({"terminationGracePeriodSeconds": 10}, "must be at least"),
         ({"autoscaling": {"keda": {"partitions": "six"}}}, "want integer"),  # values.schema
         ({"secrets": {"judgeApiKeys": [{"env": "KEY"}]}}, "existingSecret"),
         ({"config": {"server": {"host": "127.0.0.1"}}}, "config.server.host"),

@@ -54,15 +54,21 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- dig "worker" "shutdown_timeout_s" 25 .Values.config | float64 | ceil | int }}
 {{- end }}
 
-{{/* Grace period: explicit (checked to exceed the drain timeout) or drain timeout + 15 s. */}}
+{{/*
+Grace period: the drain timeout + 15 s, or an explicit value checked to be at least that.
+After the drain the worker flushes results, commits and closes within 12 s of its own
+(app/shutdown.py, up to ~13.5 s with each step's minimum): killed before, the drained
+work is neither durable nor committed, and is evaluated again.
+*/}}
 {{- define "evalstream.terminationGracePeriod" -}}
 {{- $drain := include "evalstream.shutdownTimeout" . | int }}
+{{- $least := add $drain 15 }}
 {{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
-{{- add $drain 15 }}
+{{- $least }}
 {{- else }}
 {{- $grace := .Values.terminationGracePeriodSeconds | int }}
-{{- if le $grace $drain }}
-{{- fail (printf "terminationGracePeriodSeconds (%d) must exceed config.worker.shutdown_timeout_s (%d) or in-flight work is killed before it drains" $grace $drain) }}
+{{- if lt $grace $least }}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must be at least config.worker.shutdown_timeout_s + 15 (%d): the worker drains in-flight work for up to %d s, then takes up to ~13 s more to flush results, commit offsets and close; killed sooner, the drained work is evaluated again" $grace $least $drain) }}
 {{- end }}
 {{- $grace }}
 {{- end }}
