@@ -289,6 +289,9 @@ def test_credentials_come_only_from_existing_secrets(all_on_docs: list[Manifest]
         ({"serviceMonitor": {"enable": True}}, "'enable' not allowed"),
         ({"podDisruptionBudget": {"enable": True}}, "'enable' not allowed"),
         ({"replicacount": 3}, "'replicacount' not allowed"),
+        # Rendered twice in the pod's labels: the Deployment's selector no longer matched
+        # its template, refused by the API server at install, not by the chart.
+        ({"podLabels": {"app.kubernetes.io/instance": "other"}}, "podLabels"),
     ],
     ids=["sasl-password-in-values", "ssl-password-in-values", "api-key-env-without-secret",
          "api-key-in-values",
@@ -297,7 +300,7 @@ def test_credentials_come_only_from_existing_secrets(all_on_docs: list[Manifest]
          "keda-min-above-cap", "hpa-min-above-cap", "keda-private-ca-without-ca",
          "keda-mtls-without-cert", "keda-cert-without-key", "keda-tls-without-ssl",
          "keda-without-inputs", "schema-keda-tls", "schema-topic-evaluator",
-         "typo-service-monitor", "typo-pdb", "typo-top-level"],
+         "typo-service-monitor", "typo-pdb", "typo-top-level", "pod-label-selector"],
 )
 def test_dangerous_values_fail_to_render(values: dict[str, Any], message: str) -> None:
     with pytest.raises(helm.HelmError, match=message):

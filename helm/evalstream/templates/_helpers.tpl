@@ -159,6 +159,11 @@ suffix (an id, not a credential) is cut off; and Azure's sig and code parameters
 {{- if and .Values.autoscaling.keda.enabled .Values.autoscaling.hpa.enabled }}
 {{- fail "enable at most one of autoscaling.keda and autoscaling.hpa: both would fight over spec.replicas" }}
 {{- end }}
+{{- range $label := list "app.kubernetes.io/name" "app.kubernetes.io/instance" }}
+{{- if hasKey ($.Values.podLabels | default dict) $label }}
+{{- fail (printf "podLabels must not set %s: the chart sets it, and the Deployment's selector, Service, PDB and ServiceMonitor select the pods by it" $label) }}
+{{- end }}
+{{- end }}
 {{- include "evalstream.validateEnvOverrides" . }}
 {{- end }}
 
