@@ -509,6 +509,26 @@ def test_service_monitor_scrapes_the_service_port(all_on_docs: list[Manifest]) -
         "labels"].items()
 
 
+@pytest.mark.parametrize(("interval", "timeout", "renders"), [
+    ("30s", "10s", True), ("30s", "30s", True), ("1m", "45s", True), ("1m30s", "1m", True),
+    ("500ms", "250ms", True), ("15s", "20s", False), ("1m", "1m30s", False),
+    ("10s", "1m", False), ("250ms", "1s", False),
+])
+def test_scrape_timeout_longer_than_the_interval_fails_to_render(
+    interval: str, timeout: str, renders: bool,
+) -> None:
+    # Prometheus refuses a scrape config whose timeout exceeds its interval; the operator
+    # then drops the ServiceMonitor (or the reload fails) and nothing scrapes the workers.
+    values = {"serviceMonitor": {"enabled": True, "interval": interval,
+                                 "scrapeTimeout": timeout}}
+    if renders:
+        monitor = one(render(values), "ServiceMonitor")
+        assert monitor["spec"]["endpoints"][0]["scrapeTimeout"] == timeout
+    else:
+        with pytest.raises(helm.HelmError, match=r"serviceMonitor\.scrapeTimeout"):
+            render(values)
+
+
 def test_optional_objects_are_off_by_default(default_docs: list[Manifest]) -> None:
     kinds = {d["kind"] for d in default_docs}
     assert kinds == {"ConfigMap", "Deployment", "Service", "ServiceAccount"}

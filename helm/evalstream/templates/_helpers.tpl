@@ -164,7 +164,22 @@ suffix (an id, not a credential) is cut off; and Azure's sig and code parameters
 {{- fail (printf "podLabels must not set %s: the chart sets it, and the Deployment's selector, Service, PDB and ServiceMonitor select the pods by it" $label) }}
 {{- end }}
 {{- end }}
+{{- with .Values.serviceMonitor }}
+{{- if and .enabled (gt (include "evalstream.durationMs" .scrapeTimeout | int64) (include "evalstream.durationMs" .interval | int64)) }}
+{{- fail (printf "serviceMonitor.scrapeTimeout (%s) exceeds serviceMonitor.interval (%s): Prometheus refuses such a scrape config, and nothing would scrape the workers" .scrapeTimeout .interval) }}
+{{- end }}
+{{- end }}
 {{- include "evalstream.validateEnvOverrides" . }}
+{{- end }}
+
+{{/* A Prometheus duration (1m30s, 500ms) in milliseconds; the CRD checks its form. */}}
+{{- define "evalstream.durationMs" -}}
+{{- $ms := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 "d" 86400000 "w" 604800000 "y" 31536000000 }}
+{{- $total := 0 }}
+{{- range regexFindAll "[0-9]+(ms|y|w|d|h|m|s)" (toString .) -1 }}
+{{- $total = add $total (mul (regexFind "^[0-9]+" . | int64) (get $ms (regexFind "(ms|y|w|d|h|m|s)$" .))) }}
+{{- end }}
+{{- $total }}
 {{- end }}
 
 {{/*
