@@ -511,7 +511,7 @@ def test_service_monitor_scrapes_the_service_port(all_on_docs: list[Manifest]) -
 
 @pytest.mark.parametrize(("interval", "timeout", "renders"), [
     ("30s", "10s", True), ("30s", "30s", True), ("1m", "45s", True), ("1m30s", "1m", True),
-    ("500ms", "250ms", True), ("15s", "20s", False), ("1m", "1m30s", False),
+    ("500ms", "250ms", True), ("", "10s", True), ("15s", "20s", False), ("1m", "1m30s", False),
     ("10s", "1m", False), ("250ms", "1s", False),
 ])
 def test_scrape_timeout_longer_than_the_interval_fails_to_render(

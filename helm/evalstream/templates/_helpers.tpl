@@ -165,7 +165,8 @@ suffix (an id, not a credential) is cut off; and Azure's sig and code parameters
 {{- end }}
 {{- end }}
 {{- with .Values.serviceMonitor }}
-{{- if and .enabled (gt (include "evalstream.durationMs" .scrapeTimeout | int64) (include "evalstream.durationMs" .interval | int64)) }}
+{{- /* Either left empty: Prometheus's global setting, unknown here. */}}
+{{- if and .enabled .interval .scrapeTimeout (gt (include "evalstream.durationMs" .scrapeTimeout | int64) (include "evalstream.durationMs" .interval | int64)) }}
 {{- fail (printf "serviceMonitor.scrapeTimeout (%s) exceeds serviceMonitor.interval (%s): Prometheus refuses such a scrape config, and nothing would scrape the workers" .scrapeTimeout .interval) }}
 {{- end }}
 {{- end }}
