@@ -156,6 +156,11 @@ BREAKAGES: list[tuple[str, str, str, tuple[str, ...]]] = [
     # hour of results waiting for labels, by design) fired EvalstreamConsumerLagHigh.
     ("joiner-excluded", " unless on (job, instance) evalstream_labels_pending", "",
      ("label-joiner", "dead-letters")),
+    # Summed over every release a Prometheus scrapes, a release that is down stayed silent
+    # beside one that is up, and two releases' lag added up to a page neither deserved.
+    ("per-release-down", "sum by (namespace, service) (", "sum(", ("two-releases",)),
+    ("per-release-lag", "sum by (namespace, service, topic) (", "sum by (topic) (",
+     ("two-releases",)),
     # A job selector that only knows one naming misses the operator's default job name.
     ("job-selector", 'up{job=~".*evalstream.*"}', 'up{job="evalstream"}', ("all-gone",)),
     # Alerting on any commit error pages on every rebalance.
