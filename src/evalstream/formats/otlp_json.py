@@ -65,7 +65,8 @@ def any_value(value: Any) -> Any:
         return text
     for key, inner in value.items():
         convert = _CONVERTERS.get(key)
-        if convert is not None:
+        # null is "not set" in protobuf's JSON mapping (str(None) made it the text "None").
+        if convert is not None and inner is not None:
             return convert(inner)
     return None
 

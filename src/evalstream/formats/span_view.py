@@ -22,13 +22,19 @@ _ENVIRONMENT_KEYS = ("deployment.environment.name", "deployment.environment")
 
 
 def flat_text(value: Any) -> str:
-    """A flat string for an attribute value (lists comma-joined, booleans lowercase)."""
+    """A flat string for an attribute value (lists comma-joined, booleans lowercase).
+
+    An empty ``AnyValue`` (converted to None) is ``""``, i.e. no value: it was ``"None"``,
+    which made every span with an empty ``gen_ai.conversation.id`` one session "None".
+    """
     if isinstance(value, str):
         return value
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list):
-        return ",".join(flat_text(v) for v in value)
+        return ",".join(flat_text(v) for v in value if v is not None)
+    if value is None:
+        return ""
     return str(value)
 
 
