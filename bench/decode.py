@@ -129,8 +129,8 @@ _MIX = ("chat", "bare", "bare", "bare", "tool", "tool", "tool", "retrieval", "re
 
 def _span(n: int, i: int, attrs: list[dict[str, Any]]) -> dict[str, Any]:
     return {
-        "traceId": f"{n:016x}{i // 10:016x}", "spanId": f"{n:08x}{i:08x}",
-        "parentSpanId": f"{n:08x}{i + 1000:08x}", "name": "chat gpt-4o-mini", "kind": 3,
+        "traceId": f"{n + 1:016x}{i // 10:016x}", "spanId": f"{n + 1:08x}{i:08x}",
+        "parentSpanId": f"{n + 1:08x}{i + 1000:08x}", "name": "chat gpt-4o-mini", "kind": 3,
         "startTimeUnixNano": str(1_760_000_000_000_000_000 + i),
         "endTimeUnixNano": str(1_760_000_001_000_000_000 + i), "attributes": attrs,
         "status": {"code": 0},
@@ -177,7 +177,7 @@ def logs_doc(scenario: str, n: int) -> dict[str, Any]:
     for i in range(SPANS_PER_MESSAGE):
         record: dict[str, Any] = {
             "timeUnixNano": str(1_760_000_001_000_000_000 + i),
-            "traceId": f"{n:016x}{i // 10:016x}", "spanId": f"{n:08x}{i:08x}"}
+            "traceId": f"{n + 1:016x}{i // 10:016x}", "spanId": f"{n + 1:08x}{i:08x}"}
         if scenario == "logs_chat" or i % 10 == 0:
             record.update(eventName="gen_ai.client.inference.operation.details",
                           attributes=_chat_attrs(i, content=True))
@@ -206,7 +206,7 @@ def logs_to_proto(doc: dict[str, Any]) -> bytes:
 def flat_event(n: int, i: int) -> bytes:
     """The ``chat`` span's content as one flat_json message."""
     return orjson.dumps({
-        "trace_id": f"{n:016x}{i // 10:016x}", "span_id": f"{n:08x}{i:08x}",
+        "trace_id": f"{n + 1:016x}{i // 10:016x}", "span_id": f"{n + 1:08x}{i:08x}",
         "session_id": f"c-{i % 97}", "app": "support-bot", "system_prompt": SYSTEM,
         "messages": [{"role": "user", "content": QUESTION}], "input": QUESTION,
         "output": ANSWER, "timestamp": 1_760_000_001.0,

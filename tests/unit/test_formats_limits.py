@@ -63,7 +63,7 @@ def decode_proto(raw: bytes) -> Decoded:
 def test_inherited_context_does_not_multiply_documents_by_chat_spans() -> None:
     # The reviewer's shape: one retriever with many tiny documents, many small chat spans.
     docs, chats = 5_000, 500
-    raw = message(retriever(1 << 60, ["x"] * docs), *(chat(i) for i in range(chats)))
+    raw = message(retriever(1 << 60, ["x"] * docs), *(chat(i) for i in range(1, chats + 1)))
     tracemalloc.start()
     try:
         decoded = decode_json(raw)
@@ -112,7 +112,7 @@ def test_resource_attribute_values_are_resolved_once_per_resource() -> None:
     # A mapped resource attribute used to be converted (here: joined) again for every event.
     tags = {"key": "team.tags",
             "value": {"arrayValue": {"values": [{"stringValue": f"t{i}"} for i in range(200)]}}}
-    raw = message(*(chat(i) for i in range(20)), resource=[tags])
+    raw = message(*(chat(i) for i in range(1, 21)), resource=[tags])
     events = decode_json(raw, attribute_map={"tags": "team.tags"}).events
     first = events[0].attributes["tags"]
     assert first.startswith("t0,t1,")
@@ -122,7 +122,7 @@ def test_resource_attribute_values_are_resolved_once_per_resource() -> None:
 def test_chat_spans_past_the_event_cap_are_counted_not_lost(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(genai, "MAX_EVENTS_PER_MESSAGE", 7)
-    raw = message(*(chat(i) for i in range(10)), retriever(99, ["d"]))
+    raw = message(*(chat(i) for i in range(1, 11)), retriever(99, ["d"]))
     decoded = decode_json(raw)
     assert len(decoded.events) == 7
     assert decoded.skipped == {"too_many_events": 3, "not_llm": 1}
@@ -157,7 +157,7 @@ def test_the_span_cap_spans_resources_and_scopes_and_keeps_the_first_spans(
     monkeypatch.setattr(genai, "MAX_SPANS_PER_MESSAGE", 4)
     monkeypatch.setattr(otlp_json, "MAX_SPANS_PER_MESSAGE", 4)
     # 3 resources x 2 scopes x 1 chat span: the first 4 are decoded, in message order.
-    doc = {"resourceSpans": [{"scopeSpans": [{"spans": [chat(r * 2 + s)]} for s in range(2)]}
+    doc = {"resourceSpans": [{"scopeSpans": [{"spans": [chat(r * 2 + s + 1)]} for s in range(2)]}
                              for r in range(3)]}
     raw = orjson.dumps(doc)
     if fmt == "otlp_proto":
@@ -167,7 +167,7 @@ def test_the_span_cap_spans_resources_and_scopes_and_keeps_the_first_spans(
         decoded = decode_proto(proto.SerializeToString())
     else:
         decoded = decode_json(raw)
-    assert [int(e.span_id, 16) for e in decoded.events] == [0, 1, 2, 3]
+    assert [int(e.span_id, 16) for e in decoded.events] == [1, 2, 3, 4]
     assert decoded.skipped == {"too_many_spans": 2}
 
 
@@ -210,7 +210,7 @@ def test_the_container_cap_counts_resources_and_scopes_and_is_inclusive(
         fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # 3 resources x 1 scope x 1 chat span = 6 containers.
     def encode(resources: int) -> bytes:
-        doc = {"resourceSpans": [{"scopeSpans": [{"spans": [chat(r)]}]}
+        doc = {"resourceSpans": [{"scopeSpans": [{"spans": [chat(r + 1)]}]}
                                  for r in range(resources)]}
         if fmt == "otlp_json":
             return orjson.dumps(doc)
@@ -221,7 +221,7 @@ def test_the_container_cap_counts_resources_and_scopes_and_is_inclusive(
     decode = decode_proto if fmt == "otlp_proto" else decode_json
     monkeypatch.setattr(genai, "MAX_CONTAINERS_PER_MESSAGE", 6)
     decoded = decode(encode(3))
-    assert [int(e.span_id, 16) for e in decoded.events] == [0, 1, 2]
+    assert [int(e.span_id, 16) for e in decoded.events] == [1, 2, 3]
     assert decoded.skipped == {}
     monkeypatch.setattr(genai, "MAX_CONTAINERS_PER_MESSAGE", 5)
     with pytest.raises(DecodeError) as caught:

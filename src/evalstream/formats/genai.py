@@ -32,9 +32,9 @@ A chat span becomes one :class:`~evalstream.events.TraceEvent`:
 Spans that are not evaluated are counted in ``Decoded.skipped``: ``not_genai`` (no GenAI
 marker at all), ``not_llm`` (tool, retrieval, agent, embedding... spans), ``no_content``
 (content capture off), ``error_span`` (status ERROR: the call failed), ``bad_span``
-(malformed ids or content), ``duplicate_span`` (a chat span whose child chat span in the
-same message has the same input and output), ``too_many_events`` (chat spans past
-:data:`MAX_EVENTS_PER_MESSAGE`), ``too_many_spans`` (spans past
+(malformed ids, all-zero ones included, or content), ``duplicate_span`` (a chat span whose
+child chat span in the same message has the same input and output), ``too_many_events``
+(chat spans past :data:`MAX_EVENTS_PER_MESSAGE`), ``too_many_spans`` (spans past
 :data:`MAX_SPANS_PER_MESSAGE`, not looked at); a message without any span counts once as
 ``empty_batch``. Only a message that is not OTLP at all raises ``DecodeError`` (-> dead
 letter); that is the decoders' business, not this module's, except the shared bound

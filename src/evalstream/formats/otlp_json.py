@@ -101,8 +101,12 @@ class _JsonSpan(SpanView):
 
     def ids(self) -> tuple[str, str]:
         span = self.span
-        return (hex_id(span.get("traceId"), 32, "traceId"),
-                hex_id(span.get("spanId"), 16, "spanId"))
+        trace_id = hex_id(span.get("traceId"), 32, "traceId")
+        span_id = hex_id(span.get("spanId"), 16, "spanId")
+        if not trace_id.strip("0") or not span_id.strip("0"):
+            # Invalid in OTLP; as ids, every such span got one event id (and result ids).
+            raise BadSpanError("an all-zero traceId or spanId is invalid")
+        return trace_id, span_id
 
     def times(self) -> tuple[int, int]:
         span = self.span

@@ -24,6 +24,8 @@ from evalstream.formats.span_view import Attrs, Options, Resource, SpanView
 __all__ = ["any_value", "decode", "make_decoder"]
 
 _STATUS_ERROR = Status.STATUS_CODE_ERROR
+_ZERO_TRACE_ID = bytes(16)
+_ZERO_SPAN_ID = bytes(8)
 
 
 def any_value(value: Any) -> Any:
@@ -69,6 +71,9 @@ class _ProtoSpan(SpanView):
         span_id = self.span.span_id
         if len(trace_id) != 16 or len(span_id) != 8:
             raise BadSpanError("trace_id must be 16 bytes and span_id 8 bytes")
+        if trace_id == _ZERO_TRACE_ID or span_id == _ZERO_SPAN_ID:
+            # Invalid in OTLP; as ids, every such span got one event id (and result ids).
+            raise BadSpanError("an all-zero trace_id or span_id is invalid")
         return trace_id.hex(), span_id.hex()
 
     def times(self) -> tuple[int, int]:

@@ -1,6 +1,6 @@
 """OTLP values the spec allows but says mean nothing: an empty ``AnyValue`` (no field set, or
-OTLP/JSON ``null``) is no value. Checked on both encodings (the protobuf one re-encoded from
-the same JSON document)."""
+OTLP/JSON ``null``) is no value, and an all-zero trace or span id is an invalid id. Checked on
+both encodings (the protobuf one re-encoded from the same JSON document)."""
 
 from __future__ import annotations
 
@@ -67,3 +67,16 @@ def test_empty_items_of_an_array_value_are_left_out(fmt: str) -> None:
         {}, {"stringValue": "stop"}]}}})
     [event] = _decode(doc, fmt).events
     assert event.attributes["finish_reasons"] == "stop"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("field", ["traceId", "spanId"])
+def test_an_all_zero_id_is_a_bad_span(fmt: str, field: str) -> None:
+    # OTLP: an all-zero trace or span id is invalid. Taken as an id, every such span got
+    # the same event id, so different calls' results shared result ids (and de-duplicated
+    # each other away downstream).
+    zero = "0" * (32 if field == "traceId" else 16)
+    decoded = _decode(_with({}, **{field: zero}), fmt)
+    assert decoded.events == []
+    assert decoded.skipped == {"bad_span": 1}
+    assert _decode(_with({}), fmt).events  # the fixture itself decodes
