@@ -147,3 +147,30 @@ def test_an_unknown_evaluator_param_like_none_lists_the_params(
     assert ("params.allowed_topics: Extra inputs are not permitted (known: criteria, "
             "criteria_attribute, include_conversation, max_chars, max_turns, threshold)") in (
         capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(("text", "key", "line"), [
+    # A second section (a paste, a merge conflict resolved by keeping both) silently
+    # replaced the first: here the refusal route was gone, with nothing said.
+    ("routes:\n  - name: a\n    evaluators: [{evaluator: refusal}]\n"
+     "routes:\n  - name: b\n    evaluators: [{evaluator: sentiment}]\n", "routes", 4),
+    ("worker:\n  max_in_flight: 8\n  shutdown_timeout_s: 5\n  max_in_flight: 64\n",
+     "max_in_flight", 4),
+    ("judges: {gpt: {type: builtin}, gpt: {type: builtin}}\n", "gpt", 1),
+])
+def test_a_key_given_twice_in_one_mapping_is_refused(tmp_path: Path, text: str, key: str,
+                                                     line: int) -> None:
+    path = tmp_path / "twice.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"line {line}\b.*duplicate key '{key}'"):
+        load_settings(path)
+    assert main(["check-config", str(path)]) == EXIT_CONFIG
+
+
+def test_a_merge_key_may_be_overridden(tmp_path: Path) -> None:
+    # ``<<: *anchor`` then a key of its own is how YAML overrides a merged value: no repeat.
+    path = tmp_path / "merge.yaml"
+    path.write_text("routes:\n  - &r {name: a, match: {app: [x]}, evaluators: [{evaluator: "
+                    "refusal}]}\n  - {<<: *r, name: b, match: {app: [y]}}\n", encoding="utf-8")
+    routes = load_settings(path).routes
+    assert [(r.name, r.match.app) for r in routes] == [("a", ["x"]), ("b", ["y"])]

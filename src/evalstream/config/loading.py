@@ -125,6 +125,37 @@ def _refuse_unknown_variables(settings: Settings) -> None:
                           f"); fix or unset {'them' if len(unknown) > 1 else 'it'}")
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping.
+
+    YAML says a mapping's keys are unique; PyYAML keeps the last silently, so a second
+    ``routes:`` (a paste, a merge resolved by keeping both) replaced the first, and the
+    worker ran without those routes, saying nothing. Keys a merge (``<<: *anchor``) brings
+    may still be overridden: that is how YAML overrides them.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node)
+            except TypeError:
+                continue  # an unhashable key: PyYAML's own check reports it
+            if first is not key_node:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    f"duplicate key {key!r} (first given at line {first.start_mark.line + 1})",
+                    key_node.start_mark)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -134,7 +165,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not UTF-8 text (invalid byte at offset "
                           f"{exc.start}); save it as UTF-8") from exc
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except RecursionError as exc:
         # PyYAML composes nested collections recursively: a deeply nested document would
         # otherwise escape as a RecursionError traceback instead of exit code 2.
