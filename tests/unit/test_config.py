@@ -50,6 +50,32 @@ def test_invalid_config_names_the_field(tmp_path: Path, text: str, needle: str) 
     assert needle in str(info.value)
 
 
+@pytest.mark.parametrize(("text", "needle"), [
+    # Each loaded and ran: commits never came (offsets stayed put until a revoke or a
+    # stop), the drain never gave up, the drift monitor never ticked, a judge's calls
+    # never timed out, labels were kept for ever.
+    ("worker: {commit_interval_s: .inf}\n", "worker.commit_interval_s"),
+    ("worker: {shutdown_timeout_s: 1e999}\n", "worker.shutdown_timeout_s"),
+    ("drift: {tick_s: .inf}\n", "drift.tick_s"),
+    ("judges: {gpt: {type: openai, model: m, timeout_s: .inf}}\n", "judges.gpt.timeout_s"),
+    ("labels: {retention_s: .inf}\n", "labels.retention_s"),
+    ("judges: {gpt: {type: openai, model: m, price_input_per_1k: .nan}}\n",
+     "judges.gpt.price_input_per_1k"),
+])
+def test_an_infinite_or_nan_number_is_refused(tmp_path: Path, text: str, needle: str) -> None:
+    with pytest.raises(ConfigError, match="finite number") as info:
+        load_settings(write(tmp_path, text))
+    assert needle in str(info.value)
+
+
+def test_an_infinite_number_from_the_environment_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVALSTREAM_WORKER__COMMIT_INTERVAL_S", "inf")
+    with pytest.raises(ConfigError, match=r"worker\.commit_interval_s: .*finite number.*"
+                                          r"EVALSTREAM_WORKER__COMMIT_INTERVAL_S"):
+        load_settings(write(tmp_path, ""))
+
+
 def test_unknown_judge_reference_names_route_and_evaluator(tmp_path: Path) -> None:
     text = "routes:\n  - name: support\n    evaluators: [{evaluator: refusal, judge: gpt}]\n"
     with pytest.raises(ConfigError, match=r"routes\[0\] \(support\) evaluators\[0\].*'gpt'"):
