@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -82,12 +83,11 @@ def test_plugin_params_filled_with_secrets_masked_and_no_params_shown_empty(
         capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "check_config_plugin.py").write_text(_PLUGIN, encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
-    code, effective, err = check_config(
-        tmp_path, "plugins: [check_config_plugin]\n"
-                  "routes:\n  - name: r\n    evaluators:\n"
-                  "      - {evaluator: check_config_plugin_bare}\n"
-                  "      - {evaluator: check_config_plugin_vault,"
-                  " params: {token: vault-secret-42}}\n", capsys)
+    # From the environment: a param named like a credential is refused in the file.
+    monkeypatch.setenv("EVALSTREAM_ROUTES", json.dumps([{"name": "r", "evaluators": [
+        {"evaluator": "check_config_plugin_bare"},
+        {"evaluator": "check_config_plugin_vault", "params": {"token": "vault-secret-42"}}]}]))
+    code, effective, err = check_config(tmp_path, "plugins: [check_config_plugin]\n", capsys)
     assert code == 0, err
     bare, vault = evaluators_of(effective)
     assert bare["params"] == {}
