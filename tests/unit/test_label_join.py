@@ -246,6 +246,9 @@ def test_a_label_evaluator_is_compared_on_its_probabilities() -> None:
     (dump_json({"result_id": 7, "gold": "true"}), None),
     (dump_json({"result_id": "a"}), None),
     (dump_json({"result_id": "a", "gold": 1}), None),
+    (dump_json({"result_id": "a", "gold": "x" * 256}), HumanLabel("a", "x" * 256)),
+    # Longer fits no evaluator, and a waiting label would hold it: up to max_labels of them.
+    (dump_json({"result_id": "a", "gold": "x" * 257}), None),
     (dump_json(["a", "true"]), None),
     (b"\xff\xfe not json", None),
     (b"", None),

@@ -29,6 +29,7 @@ from evalstream.metrics import Metrics
 __all__ = [
     "BIN_LABELS",
     "ECE_BINS",
+    "MAX_GOLD_CHARS",
     "Calibration",
     "CanaryGold",
     "Comparison",
@@ -47,7 +48,7 @@ ECE_BINS = 10
 #: The ``bin`` label of each bin: its lower edge.
 BIN_LABELS = tuple(f"{b / ECE_BINS:.1f}" for b in range(ECE_BINS))
 #: A gold class label longer than this is refused (a label evaluator without a closed set).
-_MAX_GOLD_CHARS = 256
+MAX_GOLD_CHARS = 256
 _BINARY = {"true": True, "false": False}
 
 GoldProblem = Literal["no_gold", "invalid_gold"]
@@ -185,7 +186,7 @@ def parse_gold(raw: str, *, is_label: bool, labels: tuple[str, ...] = ()) -> Can
     if not is_label:
         binary = _BINARY.get(value.lower())
         return CanaryGold(None, "invalid_gold") if binary is None else CanaryGold(binary)
-    if not value or len(value) > _MAX_GOLD_CHARS or (labels and value not in labels):
+    if not value or len(value) > MAX_GOLD_CHARS or (labels and value not in labels):
         return CanaryGold(None, "invalid_gold")
     return CanaryGold(value)
 

@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
-from evalstream.app.calibration import Calibration, Comparison, Series, parse_gold
+from evalstream.app.calibration import (
+    MAX_GOLD_CHARS,
+    Calibration,
+    Comparison,
+    Series,
+    parse_gold,
+)
 from evalstream.events import EvalResult, load_json
 from evalstream.metrics import Metrics
 
@@ -46,8 +52,9 @@ class HumanLabel:
 def parse_label(data: bytes | None) -> HumanLabel | None:
     """A label message's content, or None when it is not one (never raises).
 
-    JSON object with ``result_id`` (a string) and ``gold`` (a string, or a JSON boolean
-    for binary evaluators); other keys (``labeller``, ``comment``, ...) are ignored.
+    JSON object with ``result_id`` (a string) and ``gold`` (a string of at most
+    ``MAX_GOLD_CHARS``, or a JSON boolean for binary evaluators); other keys
+    (``labeller``, ``comment``, ...) are ignored.
     """
     if not data:
         return None
@@ -62,7 +69,9 @@ def parse_label(data: bytes | None) -> HumanLabel | None:
         return None
     if isinstance(gold, bool):
         gold = "true" if gold else "false"
-    if not isinstance(gold, str):
+    # Longer fits no evaluator, and a label waiting for its result holds its gold: up to
+    # labels.max_labels of them, megabytes each from a bad producer.
+    if not isinstance(gold, str) or len(gold) > MAX_GOLD_CHARS:
         return None
     return HumanLabel(result_id, gold)
 
