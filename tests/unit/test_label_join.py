@@ -235,6 +235,24 @@ def test_a_label_evaluator_is_compared_on_its_probabilities() -> None:
     assert s.v("evalstream_labels_evaluations_total", **keys, outcome="disagreed") == 1
 
 
+def test_a_class_outside_the_results_label_set_is_invalid_gold() -> None:
+    # As for canaries: a typo, another case, or true/false for a label evaluator fits none
+    # of its classes. Was: compared as a class, counted as disagreed with a Brier of 1+.
+    s = Store()
+    keys = {"route": "r", "evaluator": "topic", "judge": "gpt"}
+    for i, gold in enumerate(("Billing", "true", "shipping")):
+        result = EvalResult(result_id=f"t{i}", event_id="t", trace_id="t", route="r",
+                            evaluator="topic", label="billing",
+                            probabilities={"billing": 0.6, "shipping": 0.3, "other": 0.1})
+        s.join.add_result(HeldResult("r", "topic", "gpt", True, slim(result)), P1, f"r{i}",
+                          now=0.0)
+        s.join.add_label(HumanLabel(f"t{i}", gold), P0, f"l{i}", now=0.0)
+    outcomes = {o: s.v("evalstream_labels_evaluations_total", **keys, outcome=o)
+                for o in ("invalid_gold", "disagreed", "agreed")}
+    assert outcomes == {"invalid_gold": 2, "disagreed": 1, "agreed": 0}
+    assert s.v("evalstream_labels_brier_total", **keys) == pytest.approx(0.36 + 0.49 + 0.01)
+
+
 @pytest.mark.parametrize(("data", "expected"), [
     (dump_json({"result_id": "a", "gold": "true"}), HumanLabel("a", "true")),
     (dump_json({"result_id": "a", "gold": False, "labeller": "ann"}), HumanLabel("a", "false")),

@@ -233,6 +233,11 @@ class JoinStore(Generic[T]):
         self._release(token)
 
     def _record(self, held: HeldResult, label: HumanLabel) -> Comparison | None:
-        gold = parse_gold(label.gold, is_label=held.is_label)
+        # A label evaluator's class must be one of its label set, as a canary's is: its
+        # result's distribution covers that whole set (the one it was made with), and the
+        # joiner builds no evaluators to ask (they need judges). Unchecked, a typo counted
+        # as a disagreement with a Brier score above 1.
+        labels = tuple(held.result.probabilities) if held.is_label else ()
+        gold = parse_gold(label.gold, is_label=held.is_label, labels=labels)
         return self._calibration.record(held.route, held.evaluator, held.judge, gold,
                                         held.result)
