@@ -1,6 +1,7 @@
 """``evalstream join-labels`` as a real process: it serves its metrics, SIGTERM stops it
 (exit 0) with what waits left uncommitted, and a restart reads that again, counting each
-pair once."""
+pair once; after SIGKILL nothing is lost and what was matched since the last commit is
+counted again."""
 
 from __future__ import annotations
 
@@ -112,4 +113,64 @@ async def test_sigterm_then_restart_reads_what_waited(broker: Broker, tmp_path: 
         if proc.poll() is None:
             proc.kill()
     assert code == 0
+    assert await committed(broker.bootstrap, group, labels_topic, 1) == {0: 2}
+
+
+async def test_sigkill_then_restart_loses_nothing_and_recounts_uncommitted_pairs(
+        broker: Broker, tmp_path: Path) -> None:
+    """A crash (SIGKILL, an OOM kill) skips the final commit: what waited is read again and
+    waits again (nothing lost), and a pair matched since the last commit is read again and
+    counted again (README "Offsets, at least once")."""
+    topics = Topics.fresh("labelkill")
+    await topics.create(broker.bootstrap, partitions=1)
+    labels_topic = unique("labelkill-lab")
+    await create_topics(broker.bootstrap, [labels_topic], partitions=1)
+    port = free_port()
+    # No periodic commit before the kill: the crash falls between two commits.
+    data = config_dict(broker.bootstrap, topics, labels={"topic": labels_topic},
+                       server={"host": "127.0.0.1", "port": port},
+                       worker={"commit_interval_s": 3600, "shutdown_timeout_s": 10})
+    config = write_config(tmp_path / "config.yaml", data)
+    group = f"{topics.group}.labels"
+    log = tmp_path / "joiner.log"
+    agreed = ("evalstream_labels_evaluations_total", {"outcome": "agreed"})
+
+    async def pending() -> list[float | None]:
+        return [await asyncio.to_thread(scrape, port, "evalstream_labels_pending",
+                                        {"kind": kind}) for kind in ("label", "result")]
+
+    await produce(broker.bootstrap, topics.results, [result("r0"), result("r1")])
+    await produce(broker.bootstrap, labels_topic, [label("r0"), label("later")])
+    proc = spawn(config, log)
+    try:
+        await wait_for(lambda: asyncio.to_thread(scrape, port, *agreed), timeout=30,
+                       what="the first pair counted")
+        async def waiting() -> bool:
+            return await pending() == [1, 1]
+        await wait_for(waiting, timeout=10, what="r1 and 'later' waiting")
+        proc.kill()
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert await committed(broker.bootstrap, group, labels_topic, 1) == {0: 0}
+
+    proc = spawn(config, log)
+    try:
+        async def again() -> bool:
+            return (await pending() == [1, 1]
+                    and await asyncio.to_thread(scrape, port, *agreed) == 1)
+        # The new group member waits out the killed one's session (6 s here).
+        await wait_for(again, timeout=60, what="r0's pair counted again, r1 and 'later' waiting")
+        await produce(broker.bootstrap, topics.results, [result("later")])
+        async def joined() -> bool:
+            return await asyncio.to_thread(scrape, port, *agreed) == 2
+        await wait_for(joined, timeout=20, what="the early label joined after the crash")
+        code, _ = await stop(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0, log.read_text()[-2000:]
+    # r1 still waits for a label (results offset 1); both labels matched.
+    assert await committed(broker.bootstrap, group, topics.results, 1) == {0: 1}
     assert await committed(broker.bootstrap, group, labels_topic, 1) == {0: 2}

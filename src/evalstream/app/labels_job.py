@@ -9,10 +9,11 @@ twice) consumes the results topic and ``labels.topic`` in its own consumer group
 Offsets (at-least-once): a message is committed once it no longer waits in the store, so a
 partition's commit stops at its oldest label or result still waiting for its other half.
 After a restart (or when a partition moves to another joiner) what was waiting is read
-again and waits again; what was matched or dropped is not. A pair is counted twice only
+again and waits again; what was matched or dropped is not. A pair is counted twice
 when both its label and its result lay behind an older entry still waiting on their
 partitions (a label that came before its result, or one whose result had expired): then
-both are read again and meet again. Results wait up to ``labels.retention_s`` (most are
+both are read again and meet again; after a crash (no final commit), so is every pair
+matched since the last commit. Results wait up to ``labels.retention_s`` (most are
 never labelled), so a restart re-reads about that much of the results topic.
 
 Co-partitioning: with several joiners, a label is joined only if it reaches the joiner
