@@ -235,6 +235,30 @@ def test_a_label_evaluator_is_compared_on_its_probabilities() -> None:
     assert s.v("evalstream_labels_evaluations_total", **keys, outcome="disagreed") == 1
 
 
+def test_agreement_brier_and_ece_on_a_hand_computed_example() -> None:
+    # (passed, p(pass), gold) -> correct, Brier (p - gold)^2, confidence in the verdict:
+    cases = [(True, 0.9, "true"),     # yes, 0.01,   0.9  (bin 0.9)
+             (True, 0.8, "false"),    # no,  0.64,   0.8  (bin 0.8)
+             (False, 0.3, "false"),   # yes, 0.09,   0.7  (bin 0.7)
+             (False, 0.25, "false")]  # yes, 0.0625, 0.75 (bin 0.7)
+    s = Store()
+    for i, (passed, score, gold) in enumerate(cases):
+        s.join.add_result(binary(f"h{i}", passed=passed, score=score), P1, f"r{i}", now=0.0)
+        s.join.add_label(HumanLabel(f"h{i}", gold), P0, f"l{i}", now=0.0)
+
+    def per_bin(name: str) -> dict[str, float]:
+        return {b: s.v(f"evalstream_labels_calibration_{name}_total", **KEY, bin=b)
+                for b in BIN_LABELS}
+    n = sum(per_bin("results").values())
+    correct, confidence = per_bin("correct"), per_bin("confidence")
+    # The README's PromQL, on these counters.
+    assert s.outcome("agreed") / n == 3 / 4
+    assert s.v("evalstream_labels_brier_total", **KEY) / n == pytest.approx(0.8025 / 4)
+    ece = sum(abs(correct[b] - confidence[b]) for b in BIN_LABELS) / n
+    # |1 - 0.9| + |0 - 0.8| + |2 - 1.45|, over 4.
+    assert ece == pytest.approx((0.1 + 0.8 + 0.55) / 4)
+
+
 def test_a_class_outside_the_results_label_set_is_invalid_gold() -> None:
     # As for canaries: a typo, another case, or true/false for a label evaluator fits none
     # of its classes. Was: compared as a class, counted as disagreed with a Brier of 1+.
