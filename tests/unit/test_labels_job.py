@@ -138,6 +138,11 @@ BAD = {
     "the workers' group": ("labels: {{group_id: evalstream}}\n", "labels.group_id"),
     "negative retention": ("labels: {{retention_s: -1}}\n", "labels.retention_s"),
     "unknown key": ("labels: {{topics: x}}\n", "labels.topics"),
+    # As the workers say it: the joiner named no field, and ran on params they refuse.
+    "unknown evaluator": ("routes: [{{name: a, evaluators: [{{evaluator: nosuch}}]}}]\n",
+                          "routes[0] (a) evaluators[0].evaluator: unknown evaluator"),
+    "invalid params": ("routes: [{{name: a, evaluators: [{{evaluator: topic}}]}}]\n",
+                       "routes[0] (a) evaluators[0] (topic): params.topics"),
 }
 
 

@@ -82,12 +82,14 @@ def evaluator_table(settings: Settings) -> dict[tuple[str, str], tuple[str, bool
     """(route, evaluator name) -> (its judge's configured name, is a label evaluator).
 
     Raises:
-        ConfigError: a plugin cannot be imported or an evaluator is unknown.
+        ConfigError: a plugin cannot be imported, an evaluator is unknown or its params are
+            invalid (naming the field, as the workers do: a config they refuse is refused).
     """
     load_plugins(settings.plugins)
     table = {}
-    for route in settings.routes:
-        for spec in route.evaluators:
+    for ri, route in enumerate(settings.routes):
+        for ei, spec in enumerate(route.evaluators):
+            registry.params_for(spec, where=f"routes[{ri}] ({route.name}) evaluators[{ei}]")
             is_label = registry.get(spec.evaluator).is_label_evaluator
             table[(route.name, spec.label)] = (spec.judge, is_label)
     return table
