@@ -76,6 +76,8 @@ async def test_commits_stop_at_the_oldest_entry_still_waiting() -> None:
     assert job.v("evalstream_labels_ignored_total", kind="label", reason="duplicate") == 1
     assert [(d.record.value, d.reason) for d in job.sink.dead_letters] == [
         (b"{", INVALID_LABEL)]
+    # The error says what a label must be, limits included (a long gold is refused too).
+    assert "at most 256 characters" in job.sink.dead_letters[0].error
     assert job.v("evalstream_dead_letters_total", reason=INVALID_LABEL) == 1
     # Once they expire, nothing waits: committed to the ends.
     job.joiner.store.expire(61.0)

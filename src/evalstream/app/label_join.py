@@ -33,12 +33,16 @@ from evalstream.app.calibration import (
 from evalstream.events import EvalResult, load_json
 from evalstream.metrics import Metrics
 
-__all__ = ["HeldResult", "HumanLabel", "JoinStore", "Slim", "parse_label", "slim"]
+__all__ = ["LABEL_FORMAT", "HeldResult", "HumanLabel", "JoinStore", "Slim", "parse_label",
+           "slim"]
 
 T = TypeVar("T")
 
 #: Longer result ids are not ours (``stable_hash`` gives 32 hex digits): refused as input.
 _MAX_ID_CHARS = 128
+#: What :func:`parse_label` accepts, as the dead-letter error says it.
+LABEL_FORMAT = (f"a JSON object with a string result_id (1 to {_MAX_ID_CHARS} characters) "
+                f"and a gold: a boolean, or a string of at most {MAX_GOLD_CHARS} characters")
 
 
 @dataclass(frozen=True, slots=True)

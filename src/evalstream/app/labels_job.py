@@ -47,7 +47,7 @@ from evalstream.app.health import (
     watch_lag,
     watch_readiness,
 )
-from evalstream.app.label_join import HeldResult, JoinStore, parse_label, slim
+from evalstream.app.label_join import LABEL_FORMAT, HeldResult, JoinStore, parse_label, slim
 from evalstream.app.offsets import TP, OffsetTracker, PartitionState
 from evalstream.app.shutdown import close_budget, close_in_order, final_commit
 from evalstream.app.signals import catch_stop_signals_early, run_until_stopped
@@ -205,8 +205,7 @@ class LabelJoiner:
         self.metrics.labels_ignored.labels("label", "undecodable").inc()
         log.warning("invalid_label", partition=record.partition, offset=record.offset,
                     size=len(record.value or b""))
-        await self.sink.publish_dead_letter(record, INVALID_LABEL,
-                                            "not a JSON object with result_id and gold")
+        await self.sink.publish_dead_letter(record, INVALID_LABEL, f"not {LABEL_FORMAT}")
         self.metrics.dead_letters.labels(INVALID_LABEL).inc()
         self._release(token)
 
