@@ -260,7 +260,8 @@ class Metrics:
             "evalstream_labels_ignored_total",
             "Messages the label joiner did not use, by kind (label, result) and reason "
             "(undecodable; unknown_evaluator: a result of a route/evaluator not in the "
-            "config; duplicate: a second label for a result, or a result read again).",
+            "config; canary: a canary's result, checked against its own gold by the worker; "
+            "duplicate: a second label for a result, or a result read again).",
             ["kind", "reason"], registry=r)
         self.labels_unmatched = Counter(
             "evalstream_labels_unmatched_total",

@@ -24,10 +24,11 @@ __all__ = ["listener"]  # the fixture, used by name
 RES, LAB = "evalstream.results", "evalstream.labels"
 
 
-def result(rid: str, *, route: str = "default", passed: bool = True) -> bytes:
+def result(rid: str, *, route: str = "default", passed: bool = True,
+           canary: bool = False) -> bytes:
     return dump_json(EvalResult(result_id=rid, event_id=rid, trace_id=rid, route=route,
                                 evaluator="refusal", passed=passed, score=0.9 if passed else 0.1,
-                                reason="why").model_dump(mode="json"))
+                                reason="why", canary=canary).model_dump(mode="json"))
 
 
 def label(rid: str, gold: str = "true") -> bytes:
@@ -226,3 +227,17 @@ async def test_the_joiner_starts_without_the_otel_results_topic(
     joiner = LabelJoiner(settings, registry=CollectorRegistry(), source=MemorySource([]))
     await joiner.sink.start()
     await joiner.sink.stop()
+
+
+async def test_canary_results_are_not_held_for_human_labels() -> None:
+    # A canary is checked against its own gold by the worker; held, it waited retention_s
+    # for a label that never comes (holding the commit back), or a label on it was
+    # counted among the human labels.
+    job = Job([result("c", canary=True), result("r")], [label("c"), label("r")])
+    await job.source.start(job.joiner)
+    await job.read()
+    await job.joiner.committer.commit()
+    assert job.v("evalstream_labels_ignored_total", kind="result", reason="canary") == 1
+    assert job.agreed() == 1  # r's alone
+    # The canary's result is released at once; its label waits as any unmatched one.
+    assert job.source.committed == {(RES, 0): 2, (LAB, 0): 0}

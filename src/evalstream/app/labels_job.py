@@ -174,6 +174,11 @@ class LabelJoiner:
             result = EvalResult.model_validate_json(value or b"")
         except (ValidationError, ValueError):
             return "undecodable"
+        if result.canary:
+            # Planted with its own gold answer, compared by the worker (canary metrics):
+            # held, it would wait retention_s for a label that never comes, holding the
+            # commit back, or mix a synthetic event into the human-label figures.
+            return "canary"
         known = self.evaluators.get((result.route, result.evaluator))
         if known is None:  # an older config's, or another deployment's: labels unbounded
             return "unknown_evaluator"
