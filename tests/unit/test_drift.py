@@ -7,6 +7,7 @@ import random
 from collections import Counter
 
 import pytest
+from structlog.testing import capture_logs
 
 from evalstream.config.drift import DriftSettings
 from evalstream.drift import (
@@ -270,9 +271,13 @@ def test_detector_fires_at_the_threshold_and_resolves_below_its_share() -> None:
 def test_a_baseline_leaving_no_room_for_the_shift_disables_the_detector() -> None:
     # 95% failing already: a 10-point rise is impossible, so there is nothing to detect,
     # and the detector must not fall back to learning a baseline of its own.
-    det = Detector("pass_rate_drop", "r", "e", _settings(warmup_samples=10), 0.10,
-                   baseline_bad=0.95)
+    with capture_logs() as logs:
+        det = Detector("pass_rate_drop", "r", "e", _settings(warmup_samples=10), 0.10,
+                       baseline_bad=0.95)
     assert det.disabled
+    # Said, not only shown as a NaN statistic: the stream is no longer watched.
+    assert [(e["event"], e["route"], e["evaluator"], e["baseline_bad"]) for e in logs] == [
+        ("drift_detector_disabled", "r", "e", 0.95)]
     assert det.design is None
     for i in range(100):
         det.observe(True, float(i))

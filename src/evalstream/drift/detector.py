@@ -14,8 +14,11 @@ from typing import Literal
 from evalstream.config.drift import DriftSettings
 from evalstream.drift.cusum import BernoulliCusum, CusumDesign, cached_design, design_cusum
 from evalstream.drift.stats import wilson_interval
+from evalstream.logging import get_logger
 
 __all__ = ["Detector", "State", "Transition", "learned_baseline"]
+
+_log = get_logger(__name__)
 
 # Outcomes kept while a detector waits (about a tick) for its design.
 _MAX_BACKLOG = 100_000
@@ -114,8 +117,13 @@ class Detector:
     def _arm(self, baseline_bad: float, design: CusumDesign | None) -> None:
         self.baseline_bad = baseline_bad
         if design is None:
-            # The baseline is already so bad that the smallest shift cannot happen.
+            # The baseline is already so bad that the smallest shift cannot happen. Said
+            # once, as a warning: the statistic gauge alone (NaN) did not show that this
+            # route and evaluator are no longer watched.
             self.disabled = True
+            _log.warning("drift_detector_disabled", kind=self.kind, route=self.route,
+                         evaluator=self.evaluator, label=self.label,
+                         baseline_bad=round(baseline_bad, 4), shift=self.shift)
             return
         self.cusum = BernoulliCusum(design, self.settings.cap_ratio)
 
