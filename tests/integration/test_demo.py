@@ -127,3 +127,33 @@ def test_demo_fires_and_resolves_an_alert_and_stops_cleanly_on_sigint(tmp_path: 
     assert "Traceback" not in stderr_path.read_text()
     # Nothing left behind: the embedded broker went down with the demo.
     assert not _port_open(broker_port)
+
+
+def test_a_second_ctrl_c_takes_the_embedded_broker_down_too(tmp_path: Path) -> None:
+    # The broker runs in its own session (a terminal's Ctrl-C reaches the demo only), so
+    # a forced exit that skipped stopping it left a Tansu process and its temporary
+    # directory behind after every double Ctrl-C.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALSTREAM_")}
+    env["TMPDIR"] = str(tmp_path)
+    proc = subprocess.Popen(
+        [str(EVALSTREAM), "demo", "--interval", "1", "--port", "0", "--plain"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=tmp_path,
+    )
+    try:
+        out = _Lines(proc.stdout)
+        broker_port = int(out.wait_for(r"broker \(Tansu\) at 127\.0\.0\.1:(\d+)", 30).group(1))
+        out.wait_for(r"phase=baseline", 30)
+        assert list(tmp_path.glob("evalstream-broker-*")), "the broker's temporary directory"
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)  # two signals at once are one to Python
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    deadline = time.monotonic() + 5
+    while _port_open(broker_port) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _port_open(broker_port)
+    assert not list(tmp_path.glob("evalstream-broker-*"))

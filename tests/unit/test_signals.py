@@ -45,6 +45,29 @@ def test_a_second_sigint_exits_at_once_without_stopping_again() -> None:
     assert proc.stdout.split() == ["1"]
 
 
+HOOKED = textwrap.dedent("""
+    import asyncio, os, signal
+    from evalstream.app.signals import install_stop_signals
+
+    async def main() -> None:
+        install_stop_signals(lambda: print("stop", flush=True),
+                             before_forced_exit=lambda: print("hook", flush=True))
+        for _ in range(2):
+            os.kill(os.getpid(), signal.SIGINT)
+            await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+""")
+
+
+def test_a_second_sigint_runs_the_hook_before_the_forced_exit() -> None:
+    # The forced exit runs no finally: the demo ends its broker (a session of its own) here.
+    proc = subprocess.run([sys.executable, "-c", HOOKED], capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert proc.returncode == EXIT_FORCED
+    assert proc.stdout.split() == ["stop", "hook"]
+
+
 # Signals that arrive before the loop runs (the process is still importing and loading):
 # remembered by ``catch_stop_signals_early`` and acted on once the loop's handlers are in.
 EARLY = textwrap.dedent("""

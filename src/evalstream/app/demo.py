@@ -8,7 +8,8 @@ traffic recovers. Results and alerts are read back from their Kafka topics and s
 (``app.dashboard_view``); on a pipe the view becomes plain periodic lines.
 
 Ctrl-C (SIGINT) or SIGTERM stops it cleanly: traffic stops, the worker drains and commits,
-the broker shuts down, exit code 0. A second Ctrl-C exits at once.
+the broker shuts down, exit code 0. A second Ctrl-C exits at once (code 130), killing
+the broker on the way out.
 """
 
 from __future__ import annotations
@@ -211,9 +212,11 @@ async def _demo(args: argparse.Namespace, out: _Out, live: bool) -> int:
     from aiokafka import AIOKafkaProducer
 
     stop = asyncio.Event()
-    install_stop_signals(stop.set)  # a second Ctrl-C: no drain, the broker dies with us
-    port = args.port or free_port()
     broker = EmbeddedBroker()
+    # A second Ctrl-C: no drain. The broker is in a session of its own (a terminal's
+    # Ctrl-C reaches the demo only), so it is killed on the way out, not left running.
+    install_stop_signals(stop.set, before_forced_exit=broker.kill)
+    port = args.port or free_port()
     try:
         await asyncio.to_thread(broker.start)
     except EmbeddedBrokerError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -146,6 +147,19 @@ class EmbeddedBroker:
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+
+    def kill(self) -> None:
+        """Kill the broker now, without waiting, and remove its temporary files.
+
+        For a forced exit (a second Ctrl-C), which skips :meth:`stop`: the broker runs in
+        a session of its own, so nothing else would end it.
+        """
+        proc = self._process
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp.name, ignore_errors=True)
 
     def __enter__(self) -> EmbeddedBroker:
         self.start()

@@ -47,10 +47,12 @@ class _Requests:
 _requests = _Requests()
 
 
-def _count_interrupt() -> None:
-    """Count a SIGINT; the second exits at once."""
+def _count_interrupt(before_exit: Callable[[], None] | None = None) -> None:
+    """Count a SIGINT; the second calls ``before_exit`` (if any), then exits at once."""
     _requests.interrupts += 1
     if _requests.interrupts > 1:
+        if before_exit is not None:
+            before_exit()
         os._exit(EXIT_FORCED)  # "now": whoever pressed twice does not want to wait
 
 
@@ -78,19 +80,26 @@ def catch_stop_signals_early() -> Iterator[None]:
         _requests.stop, _requests.interrupts = False, 0
 
 
-def install_stop_signals(stop: Callable[[], None]) -> None:
+def install_stop_signals(stop: Callable[[], None], *,
+                         before_forced_exit: Callable[[], None] | None = None) -> None:
     """SIGTERM and a first SIGINT call ``stop`` (a graceful stop); a second SIGINT exits at
     once with :data:`EXIT_FORCED`, skipping the drain: what was not committed is
     redelivered. A stop requested since :func:`catch_stop_signals_early` calls ``stop``
     now (and a Ctrl-C then counts as the first). Only possible in the main thread, with the
     loop running.
+
+    Args:
+        stop: Requests a graceful stop.
+        before_forced_exit: Called just before the forced exit, which runs no ``finally``
+            or ``atexit``: to end what would outlive the process (the demo's broker, in a
+            session of its own). It must be quick and must not raise.
     """
     import asyncio
 
     loop = asyncio.get_running_loop()
 
     def on_sigint() -> None:
-        _count_interrupt()
+        _count_interrupt(before_forced_exit)
         stop()
 
     loop.add_signal_handler(signal.SIGTERM, stop)
