@@ -715,3 +715,30 @@ def test_the_results_spend_alone_is_priced_and_a_cost_gap_is_said() -> None:
     assert summary.spend_line() == (
         "judge total: 2 requests, 20 tokens in, 2 out over 2 evaluations (1.00 requests, "
         "11.0 tokens per evaluation)")
+
+
+def test_gold_labels_are_read_as_the_evaluator_reads_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A binary evaluator's label as the string "true"/"false" (a CSV converted to JSONL)
+    # was compared with the predicted class ("not_refused"): accuracy 0, said nowhere.
+    answer = {"input": "How do I kill a process?",
+              "output": "Run `kill -9 <pid>` after finding the pid with `ps aux | grep name`."}
+    refusal = {"input": "How do I kill a process?",
+               "output": "I'm sorry, but I can't help with that request."}
+    write(tmp_path / "data.jsonl", [
+        evaldata(1, "refusal", "true", **answer), evaldata(2, "refusal", "FALSE", **refusal),
+        evaldata(3, "refusal", "yes", **answer), evaldata(4, "refusal", 1, **answer),
+        evaldata(5, "refusal", None, **answer),
+        evaldata(6, "sentiment", "positive", input="I love it, thank you so much!"),
+        evaldata(7, "sentiment", True, input="I love it, thank you so much!"),
+    ])
+    args = parse("--input", tmp_path / "data.jsonl", "--json", "--no-progress")
+    assert offline.main(args) == 0
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)
+    gold = {e["evaluator"]: e["gold"] for e in document["evaluators"]}
+    assert gold["refusal"]["n"] == 2
+    assert gold["refusal"]["accuracy"] == 1.0
+    assert gold["sentiment"]["n"] == 1
+    assert document["invalid_gold"] == 3
+    assert "3 gold labels were not compared" in captured.err

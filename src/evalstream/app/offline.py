@@ -41,7 +41,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from evalstream.app.calibration import parse_gold
-from evalstream.app.offline_hints import sampled_out_hint, unrouted_hint
+from evalstream.app.offline_hints import invalid_gold_hint, sampled_out_hint, unrouted_hint
 from evalstream.app.offline_input import Item, input_paths, read_items, routed_input
 from evalstream.app.offline_json import summary_json
 from evalstream.app.offline_report import Summary
@@ -149,8 +149,11 @@ async def run(settings: Settings, items: Sequence[Item], *, topic: str, concurre
                     key = (result.route, result.evaluator)
                     if result.canary:
                         gold = _canary_gold(result, is_label=label_kinds[key])
+                    elif item.gold is not None and kinds.get(key) == item.dataset:
+                        gold = _item_gold(item.gold, is_label=label_kinds[key])
+                        summary.invalid_gold += gold is None
                     else:
-                        gold = item.gold if kinds.get(key) == item.dataset else None
+                        gold = None
                     summary.add(result, gold)
                     if sink is not None:
                         sink.write(dump_json(result) + b"\n")
@@ -183,6 +186,15 @@ def _canary_gold(result: EvalResult, *, is_label: bool) -> bool | str | None:
     """A canary result's gold answer, as the worker compares it (``gold`` holds a valid
     one as text, or null when the canary gave none or an invalid one)."""
     return None if result.gold is None else parse_gold(result.gold, is_label=is_label).value
+
+
+def _item_gold(gold: bool | str, *, is_label: bool) -> bool | str | None:
+    """An item's gold label as the evaluator is compared with it, or None when it cannot
+    be: a binary evaluator's is ``true``/``false`` (a JSON boolean, or that text in any
+    case, as a canary's gold answer), a label evaluator's a class name."""
+    if isinstance(gold, bool):
+        return None if is_label else gold
+    return parse_gold(gold, is_label=is_label).value
 
 
 def _total(counter: prometheus_client.Counter) -> float:
@@ -287,7 +299,8 @@ def main(args: argparse.Namespace) -> int:
         out.print(_table(summary))
         out.print(summary.spend_line(), highlight=False)
     for hint in (unrouted_hint(summary, settings, items, topic),
-                 sampled_out_hint(summary, no_sampling=args.no_sampling)):
+                 sampled_out_hint(summary, no_sampling=args.no_sampling),
+                 invalid_gold_hint(summary)):
         if hint is None:
             continue
         # Last, after the (empty) table, so that it is what the terminal ends with. Exit 0

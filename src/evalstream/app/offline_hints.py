@@ -15,7 +15,7 @@ from evalstream.app.offline_input import Item
 from evalstream.app.offline_report import Summary
 from evalstream.config import MatchRule, Settings
 
-__all__ = ["sampled_out_hint", "unrouted_hint"]
+__all__ = ["invalid_gold_hint", "sampled_out_hint", "unrouted_hint"]
 
 #: In the hint for an unrouted run: at most this many routes and app values, each app value
 #: clipped to ``_HINT_CHARS`` (an app name is a short slicing key; a file may hold anything).
@@ -105,3 +105,17 @@ def sampled_out_hint(summary: Summary, *, no_sampling: bool = False) -> str | No
                    "x each route's sample_rate or strata rate x an evaluator's sample_rate; "
                    "the same items on every run). Pass --no-sampling to score every routed "
                    "item (a rate of 0 still turns its route or stratum off).")
+
+
+def invalid_gold_hint(summary: Summary) -> str | None:
+    """That some items' gold labels were left out of the comparison, and what they must be.
+
+    A label the evaluator cannot be compared with (``"yes"`` or ``1`` for a binary one, a
+    boolean for a label one) is left out rather than counted as a miss; without a word the
+    gold ``n`` would only be smaller than the items.
+    """
+    if not summary.invalid_gold:
+        return None
+    return (f"{summary.invalid_gold} gold labels were not compared: a binary evaluator's "
+            "label must be true or false (a JSON boolean, or the text \"true\" or "
+            "\"false\"), a label evaluator's one of its classes.")

@@ -87,7 +87,9 @@ def _from_evaldata(obj: dict[str, Any]) -> Item:
                        system_prompt=obj.get("role"), messages=turns, input=obj.get("input"),
                        output=obj.get("output"), attributes=attributes)
     label = obj.get("label")
-    gold = label if isinstance(label, bool | str) else None
+    # Anything else but null as text (1 -> "1"): refused when compared, and counted, rather
+    # than left out unsaid.
+    gold = label if isinstance(label, bool | str) or label is None else str(label)
     return Item(event, gold, str(obj["evaluator"]))
 
 

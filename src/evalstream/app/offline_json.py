@@ -12,6 +12,7 @@ or changes meaning (new keys may be added)::
       "without_results": 3,         # items no evaluator gave a result for
       "skipped": {"sampling": 3},   # why, by reason, as evalstream_events_skipped_total
       "bad_lines": 0,               # input lines skipped as unreadable
+      "invalid_gold": 0,            # items' gold labels the evaluator cannot be compared with
       "no_sampling": false,         # whether --no-sampling was given
       "evaluators": [               # one per (route, evaluator), sorted by both
         {
@@ -83,6 +84,7 @@ def summary_document(summary: Summary, *, no_sampling: bool = False) -> dict[str
         "without_results": summary.without_results,
         "skipped": dict(sorted(summary.skipped.items())),
         "bad_lines": summary.bad_lines,
+        "invalid_gold": summary.invalid_gold,
         "no_sampling": no_sampling,
         "evaluators": [_evaluator(summary.by_key[key]) for key in sorted(summary.by_key)],
         "judge_total": {**_spend(summary.spend()), "metered_tokens": summary.metered_tokens,

@@ -223,6 +223,9 @@ class Summary:
     skipped: dict[str, int] = field(default_factory=dict)
     #: Input lines skipped as unreadable (reported by file and line).
     bad_lines: int = 0
+    #: Items' gold labels left out of the comparison: not ``true``/``false`` for a binary
+    #: evaluator (``"yes"``, ``1``), or not a class for a label one.
+    invalid_gold: int = 0
     #: What the judges metered over the run (``evalstream_judge_tokens_total`` and
     #: ``evalstream_judge_cost_usd_total``, all judges): the results carry what their own
     #: evaluations spent, error results what their failed evaluation did (earlier calls
