@@ -165,7 +165,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # (exit 143). Only ``run``: other commands keep the default (a SIGTERM ends them).
         with catch_stop_signals_early():
             return _main(argv)
-    return _main(argv)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C before a command handles it itself (the demo while it imports) or in one
+        # that does not: a line, not a traceback. 130 = 128 + SIGINT, as a shell says it.
+        print("evalstream: interrupted", file=sys.stderr)
+        return 130
 
 
 def _main(argv: list[str]) -> int:

@@ -163,3 +163,16 @@ def test_module_import_stays_lazy() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_ctrl_c_in_a_command_other_than_run_exits_130_without_a_traceback(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # E.g. while the demo is still importing: Python's default was a traceback.
+    import evalstream.cli as cli
+
+    def interrupted(*_: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_delegate", interrupted)
+    assert main(["demo"]) == 130
+    assert capsys.readouterr().err == "evalstream: interrupted\n"

@@ -742,3 +742,24 @@ def test_gold_labels_are_read_as_the_evaluator_reads_them(
     assert gold["sentiment"]["n"] == 1
     assert document["invalid_gold"] == 3
     assert "3 gold labels were not compared" in captured.err
+
+
+def test_ctrl_c_stops_with_a_message_and_keeps_the_results_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # A Ctrl-C during a long run printed two tracebacks and no word on the output file.
+    write(tmp_path / "data.jsonl", [evaldata(1, "refusal", True, output="Sure, here it is.")])
+
+    async def interrupted(*_: Any, sink: Any, **__: Any) -> None:
+        sink.write(b'{"partial": true}\n')
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(offline, "run", interrupted)
+    args = parse("--input", tmp_path / "data.jsonl", "--output", tmp_path / "out.jsonl",
+                 "--no-progress")
+    assert offline.main(args) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err
+    assert "out.jsonl" in err
+    assert "Traceback" not in err
+    assert (tmp_path / "out.jsonl").read_bytes() == b'{"partial": true}\n'

@@ -70,8 +70,11 @@ EPILOG = (
     "as FILE:LINE: reason, skipped and counted in the summary. Exit codes: 0 when the items "
     "that could be read were scored (also when none matched a route: a warning then says "
     "what the routes match on); 2 on a configuration error, when no line could be read, "
-    "or with --strict when any line is bad."
+    "or with --strict when any line is bad; 130 after a Ctrl-C (no summary; --output "
+    "keeps the results scored so far)."
 )
+#: The exit code after a Ctrl-C (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED = 130
 #: Bad lines printed one by one; the rest are only counted.
 SHOWN_BAD_LINES = 20
 
@@ -239,6 +242,7 @@ def main(args: argparse.Namespace) -> int:
     """
     console = Console(stderr=True)
     bad_lines: list[str] = []
+    sink: IO[bytes] | None = None
     try:
         config = load_settings(args.config) if args.config is not None else None
         # To stderr, as the worker's: unconfigured, structlog printed a judge's retry and
@@ -288,6 +292,13 @@ def main(args: argparse.Namespace) -> int:
         # unwrapped, so that a path in it stays whole.
         console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C: no summary (a partial one would read as the file's); the judges and the
+        # output file were closed on the way out, so what was scored is in it, whole lines.
+        kept = f"; the results scored so far are in {args.output}" if sink is not None else ""
+        console.print(f"evalstream eval: interrupted, no summary{escape(kept)}",
+                      highlight=False, soft_wrap=True)
+        return EXIT_INTERRUPTED
     if args.json == "-" and document is not None:
         # Alone on stdout, so that it parses: progress, bad lines and warnings are on stderr.
         sys.stdout.write(document + "\n")
