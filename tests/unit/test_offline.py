@@ -79,6 +79,17 @@ def test_read_items_names_bad_line(tmp_path: Path) -> None:
         list(read_items([path]))
 
 
+def test_read_items_reads_a_file_that_starts_with_a_byte_order_mark(tmp_path: Path) -> None:
+    # Windows tools (PowerShell 5's Out-File -Encoding utf8, Notepad) start UTF-8 with a
+    # BOM: the first item was a bad line. A BOM anywhere else is still not JSON.
+    path = tmp_path / "bom.jsonl"
+    first, second = (json.dumps(evaldata(i, "refusal", True, output="ok")) for i in (1, 2))
+    path.write_bytes(b"\xef\xbb\xbf" + f"{first}\r\n\ufeff{second}\r\n".encode())
+    bad: list[str] = []
+    assert [i.event.event_id for i in read_items([path], bad)] == ["x-1"]
+    assert [b.split(": ", 1)[0] for b in bad] == [f"{path}:2"]
+
+
 def test_eval_routes_a_file_as_any_topic_a_route_matches(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Offline, --topic names what the file is routed as: a route matching a topic the

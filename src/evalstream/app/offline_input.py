@@ -32,6 +32,7 @@ from evalstream.formats import Decoder, decoder_for
 __all__ = ["Item", "input_paths", "read_items", "routed_input"]
 
 _EVALDATA_KEYS = frozenset({"id", "evaluator", "label"})
+_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +155,10 @@ def read_items(paths: Sequence[Path], bad_lines: list[str] | None = None,
             raise ConfigError(f"--input {path}: {exc.strerror}") from exc
         with handle:
             for number, raw in enumerate(handle, 1):
+                if number == 1:
+                    # A UTF-8 byte order mark opens files some Windows tools write; it is
+                    # not part of the first line (anywhere else it is still not JSON).
+                    raw = raw.removeprefix(_BOM)
                 if not raw.strip():
                     continue
                 # (file, line) stand for (partition, offset): an event without an id gets
