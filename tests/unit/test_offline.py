@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
+import io
 import json
 import math
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +91,32 @@ def test_read_items_reads_a_file_that_starts_with_a_byte_order_mark(tmp_path: Pa
     bad: list[str] = []
     assert [i.event.event_id for i in read_items([path], bad)] == ["x-1"]
     assert [b.split(": ", 1)[0] for b in bad] == [f"{path}:2"]
+
+
+def test_read_items_reads_stdin_and_gzip_files(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # `--input -` was "No such file or directory", and each line of a .gz dump a bad line
+    # ("not UTF-8"), so `zcat dump.gz | evalstream eval --input -` was no way round either.
+    lines = [json.dumps(evaldata(i, "refusal", True, output="ok")) + "\n" for i in (1, 2, 3)]
+    data = "".join(lines).encode()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(data))))
+    assert [i.event.event_id for i in read_items([Path("-")])] == ["x-1", "x-2", "x-3"]
+    packed = tmp_path / "dump.jsonl.gz"
+    packed.write_bytes(gzip.compress(data))
+    assert [i.event.event_id for i in read_items([packed])] == ["x-1", "x-2", "x-3"]
+    stdin = io.BufferedReader(io.BytesIO(gzip.compress(data)))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(stdin))
+    assert len(list(read_items([Path("-")]))) == 3
+    # A truncated download: the lines before the cut are read, the cut is a bad line.
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(gzip.compress(data * 200)[:-40])
+    bad: list[str] = []
+    assert len(list(read_items([cut], bad))) > 500
+    assert len(bad) == 1
+    assert bad[0].startswith(f"{cut}:")
+    assert "gzip" in bad[0]
+    with pytest.raises(ConfigError, match=r"cut\.jsonl\.gz:"):
+        list(read_items([cut]))
 
 
 def test_eval_routes_a_file_as_any_topic_a_route_matches(

@@ -85,7 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="worker config (routes, judges); default: route every evaldata "
                              "item to its own evaluator with the builtin judge")
     parser.add_argument("--input", "-i", action="append", required=True, metavar="PATH",
-                        help="JSONL file or glob (repeatable): TraceEvents or evaldata items")
+                        help="JSONL file or glob (repeatable), gzipped or not; '-' reads "
+                             "stdin: TraceEvents or evaldata items")
     parser.add_argument("--output", "-o", type=Path, default=None,
                         help="write every EvalResult as JSONL here")
     parser.add_argument("--judge", default=None,

@@ -17,10 +17,14 @@ A bad line (not UTF-8, not JSON, not a trace event or evaldata item) is either r
 from __future__ import annotations
 
 import glob
-from collections.abc import Iterator, Sequence
+import gzip
+import io
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
@@ -29,10 +33,13 @@ from evalstream.errors import ConfigError, DecodeError
 from evalstream.events import Message, RawRecord, TraceEvent, load_json
 from evalstream.formats import Decoder, decoder_for
 
-__all__ = ["Item", "input_paths", "read_items", "routed_input"]
+__all__ = ["STDIN", "Item", "input_paths", "read_items", "routed_input"]
 
 _EVALDATA_KEYS = frozenset({"id", "evaluator", "label"})
 _BOM = b"\xef\xbb\xbf"
+_GZIP = b"\x1f\x8b"
+#: The ``--input`` that reads standard input.
+STDIN = "-"
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +138,8 @@ def read_items(paths: Sequence[Path], bad_lines: list[str] | None = None,
     """Items from JSONL files: evaldata items or trace events, line by line.
 
     Args:
-        paths: The files.
+        paths: The files; ``-`` reads standard input. gzip data (a ``.gz`` dump, or piped)
+            is decompressed; where it is cut short the rest of the file is one bad line.
         bad_lines: When given, a bad line is recorded here as ``"file:line: reason"`` and
             skipped; when omitted, it raises.
         topic: The input whose decoder (format and field mapping) reads lines that are not
@@ -148,32 +156,60 @@ def read_items(paths: Sequence[Path], bad_lines: list[str] | None = None,
         topic = _PLAIN
     decoder = decoder_for(topic, carry)
     for index, path in enumerate(paths):
+        with ExitStack() as stack:
+            name, handle, gzipped = _open(path, stack)
+            number = 0
+            try:
+                for number, raw in enumerate(handle, 1):
+                    yield from _line_items(raw, name, number, index, topic.topic, decoder,
+                                           bad_lines)
+            except (OSError, EOFError) as exc:  # gzip data cut short or corrupt, EIO
+                problem = (f"{name}:{number + 1}: {'gzip data' if gzipped else 'file'} "
+                           f"unreadable from here on ({exc})")
+                if bad_lines is None:
+                    raise ConfigError(problem) from None
+                bad_lines.append(f"{problem}; the lines before it were read")
+
+
+def _open(path: Path, stack: ExitStack) -> tuple[str, Iterable[bytes], bool]:
+    """``path``'s name in messages, its bytes (``-``: stdin), and whether they are gzip
+    data, decompressed (told by their first bytes, whatever the name)."""
+    if str(path) == STDIN:
+        name, handle = "<stdin>", cast("io.BufferedReader", sys.stdin.buffer)
+    else:
         try:
             # Bytes, decoded line by line: one non-UTF-8 line must not end the file's reading.
-            handle = path.open("rb")
+            handle = stack.enter_context(path.open("rb"))
         except OSError as exc:
             raise ConfigError(f"--input {path}: {exc.strerror}") from exc
-        with handle:
-            for number, raw in enumerate(handle, 1):
-                if number == 1:
-                    # A UTF-8 byte order mark opens files some Windows tools write; it is
-                    # not part of the first line (anywhere else it is still not JSON).
-                    raw = raw.removeprefix(_BOM)
-                if not raw.strip():
-                    continue
-                # (file, line) stand for (partition, offset): an event without an id gets
-                # one derived from them, as a Kafka message's from its position.
-                record = RawRecord(topic.topic, index, number, raw.strip())
-                try:
-                    items = _items(raw, record, decoder)
-                except (ValueError, KeyError, TypeError, AttributeError, ValidationError) as exc:
-                    detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                    problem = f"{path}:{number}: not a trace event or evaldata item: {detail}"
-                    if bad_lines is None:
-                        raise ConfigError(problem) from None
-                    bad_lines.append(problem)
-                    continue
-                yield from items
+        name = str(path)
+    if handle.peek(len(_GZIP))[:len(_GZIP)] == _GZIP:
+        return name, stack.enter_context(gzip.GzipFile(fileobj=handle, mode="rb")), True
+    return name, handle, False
+
+
+def _line_items(raw: bytes, name: str, number: int, index: int, topic: str,
+                decoder: Decoder, bad_lines: list[str] | None) -> list[Item]:
+    """The items of line ``number`` of file ``index``; none when it is blank, or bad and
+    recorded in ``bad_lines`` (without it, a bad line raises ``ConfigError``)."""
+    if number == 1:
+        # A UTF-8 byte order mark opens files some Windows tools write; it is not part of
+        # the first line (anywhere else it is still not JSON).
+        raw = raw.removeprefix(_BOM)
+    if not raw.strip():
+        return []
+    # (file, line) stand for (partition, offset): an event without an id gets one derived
+    # from them, as a Kafka message's from its position.
+    record = RawRecord(topic, index, number, raw.strip())
+    try:
+        return _items(raw, record, decoder)
+    except (ValueError, KeyError, TypeError, AttributeError, ValidationError) as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        problem = f"{name}:{number}: not a trace event or evaldata item: {detail}"
+        if bad_lines is None:
+            raise ConfigError(problem) from None
+        bad_lines.append(problem)
+        return []
 
 
 def routed_input(config: Settings | None, topic: str | None) -> InputTopic | None:
