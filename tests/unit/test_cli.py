@@ -176,3 +176,22 @@ def test_ctrl_c_in_a_command_other_than_run_exits_130_without_a_traceback(
     monkeypatch.setattr(cli, "_delegate", interrupted)
     assert main(["demo"]) == 130
     assert capsys.readouterr().err == "evalstream: interrupted\n"
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("--rate", "0"), ("--interval", "-1"), ("--duration", "-5"), ("--port", "70000"),
+    ("--port", "-1"), ("--spike-duration", "-1")])
+def test_demo_refuses_bad_options_before_starting_anything(
+        option: str, value: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # A negative --duration ran until Ctrl-C; --port 70000 started the broker, then said
+    # "configuration error: invalid configuration in defaults: server.port".
+    from evalstream.app import demo
+
+    async def started(*_: object) -> int:
+        raise AssertionError("the demo started")
+
+    monkeypatch.setattr(demo, "_demo", started)
+    assert main(["demo", option, value]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert err.startswith(f"evalstream demo: {option} must be ")

@@ -296,6 +296,16 @@ def main(args: argparse.Namespace) -> int:
         if getattr(args, name) <= 0:
             print(f"evalstream demo: --{name} must be positive", file=sys.stderr)
             return 2
+    # Checked here, before the broker starts: a negative --duration ran until Ctrl-C, and
+    # a --port out of range failed later as the "server.port" of a config nobody wrote.
+    for name in ("duration", "spike_after", "spike_duration"):
+        if getattr(args, name) < 0:
+            print(f"evalstream demo: --{name.replace('_', '-')} must be 0 or more",
+                  file=sys.stderr)
+            return 2
+    if not 0 <= args.port <= 65535:
+        print("evalstream demo: --port must be 0 (any free port) to 65535", file=sys.stderr)
+        return 2
     configure_logging(args.log_level, "console")
     live = sys.stdout.isatty() and not args.plain
     return asyncio.run(_demo(args, _Out(sys.stdout), live))
