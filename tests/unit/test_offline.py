@@ -803,3 +803,13 @@ def test_ctrl_c_stops_with_a_message_and_keeps_the_results_written(
     assert "out.jsonl" in err
     assert "Traceback" not in err
     assert (tmp_path / "out.jsonl").read_bytes() == b'{"partial": true}\n'
+
+
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_concurrency_below_one_is_a_usage_error(value: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # Was taken as 1, saying nothing.
+    with pytest.raises(SystemExit) as info:
+        parse("--input", "x.jsonl", "--concurrency", value)
+    assert info.value.code == 2
+    assert "--concurrency: must be 1 or more" in capsys.readouterr().err

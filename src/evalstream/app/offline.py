@@ -78,6 +78,17 @@ EXIT_INTERRUPTED = 130
 #: Bad lines printed one by one; the rest are only counted.
 SHOWN_BAD_LINES = 20
 
+def _at_least_one(text: str) -> int:
+    """``--concurrency``: an int of 1 or more (0 and below were taken as 1, unsaid)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``eval`` options to ``parser`` (the CLI calls this for its sub-command)."""
     parser.epilog = EPILOG
@@ -93,7 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="use this judge (by name) for every evaluator")
     parser.add_argument("--topic", default=None,
                         help="topic the events are routed as (default: the first input topic)")
-    parser.add_argument("--concurrency", type=int, default=16,
+    parser.add_argument("--concurrency", type=_at_least_one, default=16,
                         help="events evaluated at once (default 16)")
     parser.add_argument("--markdown", type=Path, default=None,
                         help="also write the summary table as Markdown here")
