@@ -813,3 +813,14 @@ def test_concurrency_below_one_is_a_usage_error(value: str,
         parse("--input", "x.jsonl", "--concurrency", value)
     assert info.value.code == 2
     assert "--concurrency: must be 1 or more" in capsys.readouterr().err
+
+
+def test_a_bad_evaldata_field_is_named(tmp_path: Path) -> None:
+    # Was "1 validation error for TraceEvent": pydantic's first line, which names no field.
+    path = write(tmp_path / "bad.jsonl", [evaldata(1, "refusal", True, output={"text": "hi"}),
+                                          evaldata(2, "refusal", True, output="ok", role=[1])])
+    bad: list[str] = []
+    assert list(read_items([path], bad)) == []
+    assert bad[0].endswith("not a trace event or evaldata item: output: "
+                           "Input should be a valid string")
+    assert bad[1].endswith(": role: Input should be a valid string")

@@ -36,6 +36,9 @@ from evalstream.formats import Decoder, decoder_for
 __all__ = ["STDIN", "Item", "input_paths", "read_items", "routed_input"]
 
 _EVALDATA_KEYS = frozenset({"id", "evaluator", "label"})
+#: TraceEvent fields by the evaldata field they are built from, where the names differ.
+_EVALDATA_NAMES = {"system_prompt": "role", "event_id": "id", "trace_id": "id",
+                   "app": "evaluator"}
 _BOM = b"\xef\xbb\xbf"
 _GZIP = b"\x1f\x8b"
 #: The ``--input`` that reads standard input.
@@ -91,9 +94,18 @@ def _from_evaldata(obj: dict[str, Any]) -> Item:
     attributes = {"dataset": str(obj["evaluator"])}
     if obj.get("criteria"):
         attributes["criteria"] = str(obj["criteria"])
-    event = TraceEvent(event_id=str(obj["id"]), trace_id=str(obj["id"]), app=str(obj["evaluator"]),
-                       system_prompt=obj.get("role"), messages=turns, input=obj.get("input"),
-                       output=obj.get("output"), attributes=attributes)
+    try:
+        event = TraceEvent(event_id=str(obj["id"]), trace_id=str(obj["id"]),
+                           app=str(obj["evaluator"]), system_prompt=obj.get("role"),
+                           messages=turns, input=obj.get("input"), output=obj.get("output"),
+                           attributes=attributes)
+    except ValidationError as exc:
+        # Named as the item names it: pydantic's first line ("1 validation error for
+        # TraceEvent") named no field, and TraceEvent's names are not the item's. The
+        # message says what was expected, never the value (trace content).
+        error = exc.errors()[0]
+        field = str(error["loc"][0]) if error["loc"] else "item"
+        raise ValueError(f"{_EVALDATA_NAMES.get(field, field)}: {error['msg']}") from None
     label = obj.get("label")
     # Anything else but null as text (1 -> "1"): refused when compared, and counted, rather
     # than left out unsaid.
