@@ -157,3 +157,31 @@ def test_a_second_ctrl_c_takes_the_embedded_broker_down_too(tmp_path: Path) -> N
         time.sleep(0.1)
     assert not _port_open(broker_port)
     assert not list(tmp_path.glob("evalstream-broker-*"))
+
+
+def test_the_demo_stops_cleanly_when_its_reader_goes_away(tmp_path: Path) -> None:
+    # `evalstream demo | head`: the status lines died with the pipe, the demo ran on
+    # unseen until killed, then ended in a BrokenPipeError traceback.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALSTREAM_")}
+    stderr_path = tmp_path / "demo.stderr"
+    with stderr_path.open("w") as stderr:
+        proc = subprocess.Popen(
+            [str(EVALSTREAM), "demo", "--interval", "1", "--port", "0", "--plain"],
+            stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, cwd=tmp_path,
+        )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        broker = re.search(r"broker \(Tansu\) at 127\.0\.0\.1:(\d+)", first)
+        assert broker, first
+        while "phase=baseline" not in proc.stdout.readline():
+            pass
+        proc.stdout.close()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert "Traceback" not in stderr_path.read_text()
+    assert "Exception ignored" not in stderr_path.read_text()
+    assert not _port_open(int(broker.group(1)))

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -139,14 +141,33 @@ def demo_settings(bootstrap: str, port: int, *, rate: float, spike_after: float)
 
 
 class _Out:
-    """Writes lines to stdout, flushed (a pipe must see them as they happen)."""
+    """Writes lines to stdout, flushed (a pipe must see them as they happen).
+
+    When the reader goes away (``evalstream demo | head``), ``on_closed`` is called once
+    (the demo stops, as on Ctrl-C) and later lines are dropped: the demo ran on unseen,
+    then ended in a ``BrokenPipeError`` traceback.
+    """
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
+        self.on_closed: Callable[[], None] | None = None
+        self._closed = False
 
     def line(self, text: str = "") -> None:
-        self.stream.write(text + "\n")
-        self.stream.flush()
+        if self._closed:
+            return
+        try:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+        except BrokenPipeError:
+            self._closed = True
+            # What is still buffered goes nowhere, so the interpreter's last flush is
+            # quiet too ("Exception ignored ... BrokenPipeError" otherwise).
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.stream.fileno())
+            os.close(devnull)
+            if self.on_closed is not None:
+                self.on_closed()
 
 
 async def _traffic(producer: Any, state: DemoState, phase: Phase, rate: float, seed: int,
@@ -216,6 +237,7 @@ async def _demo(args: argparse.Namespace, out: _Out, live: bool) -> int:
     # A second Ctrl-C: no drain. The broker is in a session of its own (a terminal's
     # Ctrl-C reaches the demo only), so it is killed on the way out, not left running.
     install_stop_signals(stop.set, before_forced_exit=broker.kill)
+    out.on_closed = stop.set
     port = args.port or free_port()
     try:
         await asyncio.to_thread(broker.start)
