@@ -824,3 +824,16 @@ def test_a_bad_evaldata_field_is_named(tmp_path: Path) -> None:
     assert bad[0].endswith("not a trace event or evaldata item: output: "
                            "Input should be a valid string")
     assert bad[1].endswith(": role: Input should be a valid string")
+
+
+def test_an_output_that_is_also_an_input_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `--input '*.jsonl' --output results.jsonl`, run twice, read the last run's results
+    # as input (bad lines) and then overwrote them; `-i data.jsonl -o data.jsonl` replaced
+    # the data set with results.
+    data = write(tmp_path / "data.jsonl", [evaldata(1, "refusal", True, output="ok")])
+    before = data.read_bytes()
+    args = parse("--input", tmp_path / "*.jsonl", "--output", data, "--no-progress")
+    assert offline.main(args) == 2
+    assert f"--output {data} is also an --input file" in capsys.readouterr().err
+    assert data.read_bytes() == before

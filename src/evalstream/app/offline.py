@@ -42,7 +42,7 @@ from rich.table import Table
 
 from evalstream.app.calibration import parse_gold
 from evalstream.app.offline_hints import invalid_gold_hint, sampled_out_hint, unrouted_hint
-from evalstream.app.offline_input import Item, input_paths, read_items, routed_input
+from evalstream.app.offline_input import STDIN, Item, input_paths, read_items, routed_input
 from evalstream.app.offline_json import summary_json
 from evalstream.app.offline_report import Summary
 from evalstream.app.offline_settings import (
@@ -218,6 +218,20 @@ def _total(counter: prometheus_client.Counter) -> float:
                 if sample.name.endswith("_total")), 0.0)
 
 
+def _refuse_overwriting_an_input(paths: Sequence[Path], args: argparse.Namespace) -> None:
+    """Raise ``ConfigError`` when a file this run writes is one it reads: a glob that
+    matches the last run's results read them as input, then overwrote them, and
+    ``-i data.jsonl -o data.jsonl`` replaced the data with results."""
+    written = [(option, Path(path)) for option, path in
+               (("--output", args.output), ("--markdown", args.markdown), ("--json", args.json))
+               if path is not None and str(path) != STDIN]
+    for option, target in written:
+        if target.exists() and any(str(p) != STDIN and p.exists() and target.samefile(p)
+                                   for p in paths):
+            raise ConfigError(f"{option} {target} is also an --input file: it would be "
+                              "overwritten; write the results elsewhere")
+
+
 def _report_bad_lines(console: Console, bad_lines: Sequence[str]) -> None:
     """Print the first ``SHOWN_BAD_LINES`` skipped lines and how many more there were."""
     for problem in bad_lines[:SHOWN_BAD_LINES]:
@@ -263,8 +277,9 @@ def main(args: argparse.Namespace) -> int:
         routed = routed_input(config, args.topic)
         carry = (attributes_read(config, declared_params(config))[routed.topic]
                  if config and routed else ())
-        items = list(read_items(input_paths(args.input), None if args.strict else bad_lines,
-                                routed, carry))
+        paths = input_paths(args.input)
+        _refuse_overwriting_an_input(paths, args)
+        items = list(read_items(paths, None if args.strict else bad_lines, routed, carry))
         _report_bad_lines(console, bad_lines)
         if not items:
             raise ConfigError(f"no item could be read from --input ({len(bad_lines)} bad "
