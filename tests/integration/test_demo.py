@@ -185,3 +185,26 @@ def test_the_demo_stops_cleanly_when_its_reader_goes_away(tmp_path: Path) -> Non
     assert "Traceback" not in stderr_path.read_text()
     assert "Exception ignored" not in stderr_path.read_text()
     assert not _port_open(int(broker.group(1)))
+
+
+def test_a_closed_terminal_stops_the_demo_and_its_broker(tmp_path: Path) -> None:
+    # Closing the terminal sends SIGHUP, whose default ended the demo at once: the broker,
+    # in a session of its own, ran on with its temporary directory.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALSTREAM_")}
+    env["TMPDIR"] = str(tmp_path)
+    proc = subprocess.Popen(
+        [str(EVALSTREAM), "demo", "--interval", "1", "--port", "0", "--plain"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=tmp_path,
+    )
+    try:
+        out = _Lines(proc.stdout)
+        broker_port = int(out.wait_for(r"broker \(Tansu\) at 127\.0\.0\.1:(\d+)", 30).group(1))
+        out.wait_for(r"phase=baseline", 30)
+        proc.send_signal(signal.SIGHUP)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert not _port_open(broker_port)
+    assert not list(tmp_path.glob("evalstream-broker-*"))

@@ -7,9 +7,9 @@ worker with the builtin offline judge, and writes realistic traffic for three ap
 traffic recovers. Results and alerts are read back from their Kafka topics and shown live
 (``app.dashboard_view``); on a pipe the view becomes plain periodic lines.
 
-Ctrl-C (SIGINT) or SIGTERM stops it cleanly: traffic stops, the worker drains and commits,
-the broker shuts down, exit code 0. A second Ctrl-C exits at once (code 130), killing
-the broker on the way out.
+Ctrl-C (SIGINT), SIGTERM or SIGHUP (a closed terminal) stops it cleanly: traffic stops,
+the worker drains and commits, the broker shuts down, exit code 0. A second Ctrl-C exits
+at once (code 130), killing the broker on the way out.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import os
 import random
+import signal
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -143,7 +144,8 @@ def demo_settings(bootstrap: str, port: int, *, rate: float, spike_after: float)
 class _Out:
     """Writes lines to stdout, flushed (a pipe must see them as they happen).
 
-    When the reader goes away (``evalstream demo | head``), ``on_closed`` is called once
+    When the reader goes away (``evalstream demo | head``, a closed terminal),
+    ``on_closed`` is called once
     (the demo stops, as on Ctrl-C) and later lines are dropped: the demo ran on unseen,
     then ended in a ``BrokenPipeError`` traceback.
     """
@@ -159,7 +161,7 @@ class _Out:
         try:
             self.stream.write(text + "\n")
             self.stream.flush()
-        except BrokenPipeError:
+        except OSError:  # EPIPE from a pipe, EIO from a terminal that was closed
             self._closed = True
             # What is still buffered goes nowhere, so the interpreter's last flush is
             # quiet too ("Exception ignored ... BrokenPipeError" otherwise).
@@ -237,6 +239,9 @@ async def _demo(args: argparse.Namespace, out: _Out, live: bool) -> int:
     # A second Ctrl-C: no drain. The broker is in a session of its own (a terminal's
     # Ctrl-C reaches the demo only), so it is killed on the way out, not left running.
     install_stop_signals(stop.set, before_forced_exit=broker.kill)
+    # A closed terminal (SIGHUP) stops it as Ctrl-C does: by default it ended the demo at
+    # once, and the broker, in a session of its own, ran on.
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, stop.set)
     out.on_closed = stop.set
     port = args.port or free_port()
     try:
