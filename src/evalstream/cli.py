@@ -63,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--config", "-c", help="YAML config file (EVALSTREAM_* env vars override)")
     run.add_argument("--until-caught-up", action="store_true",
                      help="stop (exit 0) once every assigned partition is committed up to "
-                          "the end offset it had when assigned (a backfill Job)")
+                          "the end offset it had when assigned (a backfill Job); exit 1 "
+                          "if stopped before")
     check = sub.add_parser("check-config", help="validate a config and print it, secrets masked")
     check.add_argument("config", help="YAML config file")
     sub.add_parser("list-evaluators", help="list the available evaluators")

@@ -162,3 +162,31 @@ async def test_a_check_that_crashes_stops_the_job_instead_of_leaving_it_running(
             await asyncio.wait_for(run, 10)
     assert code == 1
     assert [e["error"] for e in logs if e["event"] == "worker_failed"] == ["source bug"]
+
+
+async def test_a_job_stopped_before_it_caught_up_exits_1() -> None:
+    # A Kubernetes Job counts exit 0 as done: a backfill stopped half-way (a node drain or
+    # eviction sends SIGTERM) exited 0 like one that caught up, and the Job was marked
+    # complete with the rest of the window never scored.
+    worker, _ = _worker(_Broker(end=10, position=0), until_caught_up=True)
+    with structlog.testing.capture_logs() as logs:
+        run = asyncio.create_task(worker.run())
+        await asyncio.sleep(1.2)  # two caught-up checks: not there
+        assert not run.done()
+        worker.request_stop()
+        code = await asyncio.wait_for(run, 10)
+    assert code == 1
+    [stopped] = [e for e in logs if e["event"] == "stopped_before_caught_up"]
+    assert stopped["ends"] == {"traces:0": 10}
+
+
+async def test_a_job_stopped_while_starting_exits_1() -> None:
+    worker, _ = _worker(MemorySource([raw(0)]), until_caught_up=True)
+    worker.request_stop()
+    assert await asyncio.wait_for(worker.run(), 10) == 1
+
+
+async def test_a_worker_stopped_while_starting_still_exits_0() -> None:
+    worker, _ = _worker(MemorySource([raw(0)]), until_caught_up=False)
+    worker.request_stop()
+    assert await asyncio.wait_for(worker.run(), 10) == 0

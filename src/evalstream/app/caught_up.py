@@ -3,7 +3,8 @@
 For a backfill run as a Kubernetes Job: the worker ends (a normal stop, exit 0) once each
 assigned partition's committed offset reached the end offset it had when it was first
 assigned, so traffic written meanwhile does not keep the Job running. A partition whose
-start position was already at that end has nothing to do.
+start position was already at that end has nothing to do. Stopped any other way before
+that (SIGTERM from a node drain or an eviction), it exits 1: a Job counts exit 0 as done.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class CaughtUp:
         self._source = source
         self._tracker = tracker
         self._targets: dict[TP, _Target] = {}
+        #: Set once :func:`watch_caught_up` saw every partition done (the Job's exit 0).
+        self.finished = False
 
     async def assigned(self, tps: Sequence[TP]) -> None:
         """Note the end (first assignment only) and start of ``tps``.
@@ -101,6 +104,7 @@ async def watch_caught_up(caught_up: CaughtUp, stop: Callable[[], None],
     while True:
         await asyncio.sleep(interval_s)
         if await caught_up.reached():
+            caught_up.finished = True
             log.info("caught_up", ends=caught_up.ends())
             stop()
             return

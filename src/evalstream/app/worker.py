@@ -176,7 +176,8 @@ class Worker:
         self._stop.set()
 
     async def run(self, ready_event: asyncio.Event | None = None) -> int:
-        """Run until :meth:`request_stop`; return the process exit code (0 clean, 1 failed)."""
+        """Run until :meth:`request_stop`; return the process exit code (0 clean, 1 failed,
+        or stopped before it caught up with ``until_caught_up``)."""
         log.info("worker_starting", version=__version__,
                  inputs=[t.topic for t in self.settings.inputs],
                  routes=[r.name for r in self.settings.routes],
@@ -195,9 +196,10 @@ class Worker:
             raise
         if self._stop.is_set():  # stopped while still starting: nothing was consumed
             await self._close()
-            log.info("worker_stopped_while_starting", exit_code=0,
+            code = self._unfinished_job_code(0)
+            log.info("worker_stopped_while_starting", exit_code=code,
                      reason="stop requested before the worker was ready; nothing consumed")
-            return 0
+            return code
         self._started = True
         background = [
             asyncio.create_task(self.committer.run(self.settings.worker.commit_interval_s),
@@ -227,7 +229,8 @@ class Worker:
             task.add_done_callback(self._task_done)
         log.info("worker_started", port=self.health.port)
         await self._stop.wait()
-        code = await self._shutdown(consume, background, observer_tasks)
+        code = self._unfinished_job_code(
+            await self._shutdown(consume, background, observer_tasks))
         log.info("worker_stopped", exit_code=code)
         return code
 
@@ -275,6 +278,18 @@ class Worker:
             self._fail(exc)
 
     # --- shutdown -----------------------------------------------------------------------
+
+    def _unfinished_job_code(self, code: int) -> int:
+        """``code``, or 1 for a ``--until-caught-up`` Job stopped before it caught up.
+
+        A Kubernetes Job counts exit 0 as complete: a backfill stopped half-way (SIGTERM
+        from a node drain, an eviction) must fail its pod, so the Job runs it again (it
+        resumes from its commits), rather than end with the rest of the window unscored.
+        """
+        if code != 0 or self.caught_up is None or self.caught_up.finished:
+            return code
+        log.warning("stopped_before_caught_up", exit_code=1, ends=self.caught_up.ends())
+        return 1
 
     async def _shutdown(self, consume: asyncio.Task[None], background: list[asyncio.Task[None]],
                         observer_tasks: list[asyncio.Task[None]]) -> int:
