@@ -42,6 +42,11 @@ _RETRY_BACKOFF_S = 0.5
 _RETRY_BACKOFF_MAX_S = 10.0
 #: Broker or client refusals of one record that no retry can change.
 _REJECTED = (MessageSizeTooLargeError, RecordListTooLargeError, PolicyViolationError)
+#: How long start-up waits for one output topic to show in the broker's metadata. aiokafka
+#: would wait its ``request_timeout_ms`` (40 s) for a missing one, longer than a start-up
+#: attempt may take near the end of ``kafka.connect_timeout_s`` (``app/connect.py``, 5 s
+#: at least), which then failed as "no answer from Kafka" instead of naming the topic.
+_TOPIC_CHECK_S = 3.0
 #: The longest original key a dead letter refused as too large keeps (see
 #: ``publish_dead_letter``); a longer one is dropped with the value.
 _MAX_TRUNCATED_KEY_BYTES = 1_024
@@ -163,7 +168,13 @@ class KafkaSink:
             needed.append(self._topics.alerts)
         for topic in needed:
             try:
-                await producer.partitions_for(topic)
+                async with asyncio.timeout(_TOPIC_CHECK_S):
+                    await producer.partitions_for(topic)
+            except TimeoutError:
+                raise OutputTopicMissingError(
+                    f"output topic {topic!r} is not in the broker's metadata after "
+                    f"{_TOPIC_CHECK_S:g}s: create it, or let the broker auto-create "
+                    f"topics") from None
             except KafkaError as exc:
                 raise OutputTopicMissingError(
                     f"output topic {topic!r} is not available ({type(exc).__name__}): "
