@@ -87,6 +87,25 @@ def _end_fetch(consumer: AIOKafkaConsumer) -> None:
             subscription._last_fetch_ended = time.monotonic()
 
 
+def _coordination_ended(consumer: AIOKafkaConsumer) -> bool:
+    """Whether aiokafka's group coordination task ended while the consumer runs (aiokafka
+    0.14).
+
+    An unexpected error in it (a client bug) ends it for good: aiokafka hands the error to
+    the waiting ``getmany`` once as a plain KafkaError, and each later fetch raises the same
+    (the subscription is never rejoined). Only a restart cures it; the source's ``stop``
+    ends the task too, but then ``getmany`` raises ``ConsumerStoppedError`` instead.
+    """
+    task = getattr(getattr(consumer, "_coordinator", None), "_coordination_task", None)
+    if not (isinstance(task, asyncio.Future) and task.done()):
+        return False
+    if not task.cancelled():
+        # Retrieved: the worker reports it. Left alone, asyncio logs it once more when the
+        # task is collected, wherever that happens to be.
+        task.exception()
+    return True
+
+
 class KafkaSource:
     """Consumes ``topics`` in consumer group ``settings.group_id``.
 
@@ -255,6 +274,11 @@ class KafkaSource:
             raise SourceError(f"consuming from Kafka failed: {type(exc).__name__}: {exc}") \
                 from exc
         except KafkaError as exc:
+            if _coordination_ended(consumer):
+                # aiokafka's group coordination task died of an unexpected error: no
+                # heartbeat or rejoin from now on, and every fetch raises this again.
+                raise SourceError(f"consuming from Kafka failed: the consumer group "
+                                  f"coordination ended: {exc}") from exc
             # Transient (leader moved, broker restarting), or a single record aiokafka
             # skipped (RecordTooLargeError): back off and keep going.
             _end_fetch(consumer)
