@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import structlog
-from aiokafka.errors import UnknownTopicOrPartitionError
+from aiokafka.errors import TopicAuthorizationFailedError, UnknownTopicOrPartitionError
 
 from evalstream.app.worker import Worker
 from evalstream.errors import SinkError
@@ -69,3 +69,21 @@ async def test_a_missing_output_topic_is_logged_as_such_while_start_up_waits(
     # The fix is to create the topic, not to look at the network.
     assert "output_topic_missing" in events
     assert "broker_unreachable" not in events
+
+
+class _Unauthorised(_Producer):
+    """A broker whose ACLs do not let this producer describe (or write) the topics."""
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        raise TopicAuthorizationFailedError(topic)
+
+
+async def test_an_output_topic_not_authorised_is_not_called_missing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # "create it, or let the broker auto-create topics" sent on-call to create a topic
+    # that exists, when the fix is an ACL.
+    monkeypatch.setattr(sink_module, "AIOKafkaProducer", _Unauthorised)
+    worker = Worker(settings(topics=TOPICS), judges=JUDGES)
+    with pytest.raises(SinkError, match=r"not authorised") as caught:
+        await worker.sink.start()
+    assert "create it" not in str(caught.value)

@@ -23,6 +23,7 @@ from aiokafka.errors import (
     MessageSizeTooLargeError,
     PolicyViolationError,
     RecordListTooLargeError,
+    TopicAuthorizationFailedError,
 )
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -175,6 +176,12 @@ class KafkaSink:
                     f"output topic {topic!r} is not in the broker's metadata after "
                     f"{_TOPIC_CHECK_S:g}s: create it, or let the broker auto-create "
                     f"topics") from None
+            except TopicAuthorizationFailedError as exc:
+                # Waited for like a missing topic (an operator may be granting it), but
+                # the fix is an ACL: the topic may well exist.
+                raise OutputTopicMissingError(
+                    f"output topic {topic!r}: the producer is not authorised to use it "
+                    f"(TopicAuthorizationFailedError): grant it DESCRIBE and WRITE") from exc
             except KafkaError as exc:
                 raise OutputTopicMissingError(
                     f"output topic {topic!r} is not available ({type(exc).__name__}): "
