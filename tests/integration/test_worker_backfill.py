@@ -176,3 +176,50 @@ async def test_a_backfill_job_ends_by_itself_once_caught_up(broker: Broker,
     got = await committed(broker.bootstrap, topics.group, topics.inputs, PARTITIONS)
     assert got == ends
     assert _event_ids(await results(broker.bootstrap, topics.results)) == _names(range(4, 10))
+
+
+async def test_a_backfill_job_stopped_half_way_fails_then_a_rerun_finishes(
+        broker: Broker, tmp_path: Path) -> None:
+    # A node drain or an eviction SIGTERMs the Job's pod. Its exit 0 made Kubernetes count
+    # the Job complete with the rest of the window never scored; exit 1 has it run again.
+    topics = Topics.fresh("backfill-stopped")
+    await topics.create(broker.bootstrap, partitions=PARTITIONS)
+    ends = await _produce(broker.bootstrap, topics.inputs, range(12))
+    config = write_config(tmp_path / "job.yaml", config_dict(
+        broker.bootstrap, topics, kafka=_KAFKA, plugins=["tests.integration.slow_evaluator"],
+        worker={"max_in_flight": 1, "commit_interval_s": 0.2, "shutdown_timeout_s": 10},
+        routes=[{"name": "slow", "evaluators": [
+            {"evaluator": "test_slow", "params": {"delay_s": 0.5}}]}]))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+
+    async def job(*, stop: bool) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "evalstream", "run", "--until-caught-up", "--config",
+            str(config), env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            if stop:  # once it has committed some, not all (0.5 s per event, 1 at a time)
+                async def evaluating() -> bool:
+                    got = await committed(broker.bootstrap, topics.group, topics.inputs,
+                                          PARTITIONS)
+                    return sum(got.values()) > 0
+
+                await wait_for(evaluating, 30, "the Job's first commit", interval=0.2)
+                proc.terminate()
+            _, stderr = await asyncio.wait_for(proc.communicate(), timeout=60)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+        assert proc.returncode is not None
+        return proc.returncode, stderr.decode()
+
+    code, log = await job(stop=True)
+    assert code == 1, log[-3000:]
+    assert '"stopped_before_caught_up"' in log
+    got = await committed(broker.bootstrap, topics.group, topics.inputs, PARTITIONS)
+    assert got != ends  # half-way, as the Job's retry will find it
+    code, log = await job(stop=False)
+    assert code == 0, log[-3000:]
+    assert '"caught_up"' in log
+    assert await committed(broker.bootstrap, topics.group, topics.inputs, PARTITIONS) == ends
+    found = {str(r["event_id"]) for r in await results(broker.bootstrap, topics.results)}
+    assert found == set(_names(range(12)))
