@@ -174,8 +174,8 @@ class KafkaSink:
             except TimeoutError:
                 raise OutputTopicMissingError(
                     f"output topic {topic!r} is not in the broker's metadata after "
-                    f"{_TOPIC_CHECK_S:g}s: create it, or let the broker auto-create "
-                    f"topics") from None
+                    f"{_TOPIC_CHECK_S:g}s (or the broker is slow to answer): create it, or "
+                    f"let the broker auto-create topics") from None
             except TopicAuthorizationFailedError as exc:
                 # Waited for like a missing topic (an operator may be granting it), but
                 # the fix is an ACL: the topic may well exist.
