@@ -9,11 +9,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
+from collections.abc import Callable
 from typing import Literal
 
 import structlog
 
-__all__ = ["configure_logging", "get_logger"]
+__all__ = ["LogLimit", "configure_logging", "get_logger"]
 
 
 def configure_logging(level: str = "INFO", fmt: Literal["json", "console"] = "json") -> None:
@@ -62,3 +64,38 @@ def _colour_terminal() -> bool:
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
     """A logger tagged with the module name."""
     return structlog.get_logger(name)  # type: ignore[no-any-return]
+
+
+class LogLimit:
+    """Bounds one kind of log line that input can repeat (a dead letter, a failing
+    evaluator): a burst of ``burst`` lines, then one per ``interval_s``.
+
+    A flood of bad messages at tens of thousands a second must not become as many log
+    lines (the counters count every one). The first line let through after some were left
+    out says how many (``take`` returns the number), so the log still shows the flood.
+    """
+
+    __slots__ = ("_at", "_burst", "_clock", "_interval_s", "_suppressed", "_tokens")
+
+    def __init__(self, burst: int = 10, interval_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._burst = float(burst)
+        self._interval_s = interval_s
+        self._clock = clock
+        self._tokens = float(burst)
+        self._at = clock()
+        self._suppressed = 0
+
+    def take(self) -> int | None:
+        """None: leave this line out (it is counted). Otherwise log it, with the number of
+        lines left out since the last one that went out (0: none)."""
+        now = self._clock()
+        tokens = min(self._burst, self._tokens + (now - self._at) / self._interval_s)
+        self._at = now
+        if tokens < 1.0:
+            self._tokens = tokens
+            self._suppressed += 1
+            return None
+        self._tokens = tokens - 1.0
+        suppressed, self._suppressed = self._suppressed, 0
+        return suppressed

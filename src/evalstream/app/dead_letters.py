@@ -1,11 +1,13 @@
 """Dead-lettering the messages the message path cannot decode.
 
 A message that cannot be decoded (``DecodeError``) is logged (where and why, never its
-content), tracked as one piece of work at its offset and published to the dead-letter
-topic with its reason; its offset completes once the broker acknowledged that. Publishing
-runs as tasks of its own, at most ``_DEAD_LETTER_CONCURRENCY`` at once (apart from the
-``worker.max_in_flight`` slots of evaluations), among the message path's tasks so that
-its drain and cancel reach them.
+content; a flood of them is not: a burst per reason, then one line a second saying how
+many were left out, as ``evalstream_dead_letters_total`` counts each), tracked as one
+piece of work at its offset and published to the dead-letter topic with its reason; its
+offset completes once the broker acknowledged that. Publishing runs as tasks of its own,
+at most ``_DEAD_LETTER_CONCURRENCY`` at once (apart from the ``worker.max_in_flight``
+slots of evaluations), among the message path's tasks so that its drain and cancel reach
+them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from evalstream.app.commits import Committer
 from evalstream.app.offsets import TP, OffsetTracker, PartitionState
 from evalstream.app.outputs import Outputs
 from evalstream.events import Record
-from evalstream.logging import get_logger
+from evalstream.logging import LogLimit, get_logger
 
 __all__ = ["DeadLetters"]
 
@@ -49,13 +51,21 @@ class DeadLetters:
         self._fail = fail
         self._tasks = tasks
         self._dl_slots = asyncio.Semaphore(_DEAD_LETTER_CONCURRENCY)
+        #: Per reason (a small fixed set), so a flood of one hides no other.
+        self._log_limits: dict[str, LogLimit] = {}
 
     async def send(self, record: Record, tp: TP, reason: str, error: str) -> None:
         """Track ``record`` and start publishing it (waiting for a dead-letter slot)."""
-        with structlog.contextvars.bound_contextvars(
-                topic=record.topic, partition=record.partition, offset=record.offset):
-            log.warning("dead_letter", reason=reason, error=error,
-                        size=len(record.value) if record.value is not None else None)
+        limit = self._log_limits.get(reason)
+        if limit is None:
+            limit = self._log_limits[reason] = LogLimit()
+        suppressed = limit.take()
+        if suppressed is not None:
+            with structlog.contextvars.bound_contextvars(
+                    topic=record.topic, partition=record.partition, offset=record.offset):
+                log.warning("dead_letter", reason=reason, error=error,
+                            size=len(record.value) if record.value is not None else None,
+                            **({"suppressed": suppressed} if suppressed else {}))
         state = self._tracker.track(tp, record.offset, 1)
         if state is None:
             return

@@ -56,7 +56,7 @@ from evalstream.config import Settings, load_settings
 from evalstream.errors import SinkError, SourceError
 from evalstream.evaluators import registry
 from evalstream.events import EvalResult, Record
-from evalstream.logging import configure_logging, get_logger
+from evalstream.logging import LogLimit, configure_logging, get_logger
 from evalstream.metrics import Metrics
 from evalstream.sinks.base import Sink
 from evalstream.sinks.kafka import KafkaSink
@@ -133,6 +133,8 @@ class LabelJoiner:
         self._started = False
         #: Bumped by every rebalance: the rest of a batch taken before one is not joined.
         self._generation = 0
+        #: A topic of garbage must not log a line per message (each is counted).
+        self._invalid_logs = LogLimit()
 
     def not_ready(self) -> str | None:
         """Why the joiner is not ready, or None when it is."""
@@ -208,8 +210,11 @@ class LabelJoiner:
     async def _invalid_label(self, record: Record, token: Token) -> None:
         # Counted and dead-lettered, never logged with its content (a label may quote it).
         self.metrics.labels_ignored.labels("label", "undecodable").inc()
-        log.warning("invalid_label", partition=record.partition, offset=record.offset,
-                    size=len(record.value or b""))
+        suppressed = self._invalid_logs.take()
+        if suppressed is not None:
+            log.warning("invalid_label", topic=record.topic, partition=record.partition,
+                        offset=record.offset, size=len(record.value or b""),
+                        **({"suppressed": suppressed} if suppressed else {}))
         await self.sink.publish_dead_letter(record, INVALID_LABEL, f"not {LABEL_FORMAT}")
         self.metrics.dead_letters.labels(INVALID_LABEL).inc()
         self._release(token)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from evalstream.app.observers import ResultObserver
 from evalstream.events import Alert, EvalResult, Record
-from evalstream.logging import get_logger
+from evalstream.logging import LogLimit, get_logger
 from evalstream.metrics import Metrics
 from evalstream.sinks.base import Sink
 
@@ -35,17 +35,25 @@ class Outputs:
         self._ok = metrics.results_published.labels("ok").inc
         self._error = metrics.results_published.labels("error").inc
         self._copy_rejected = metrics.otel_results_rejected.inc
+        #: An observer bug repeats on every result: a burst of lines, then one a second.
+        self._failure_logs: dict[int, LogLimit] = {}
 
     async def result(self, result: EvalResult) -> None:
         """Publish one result, then let the observers see it."""
         if not await self.sink.publish_result(result):  # its OTel copy was given up
             self._copy_rejected(1)
         (self._ok if result.status == "ok" else self._error)(1)
-        for observer in self._observers:
+        for i, observer in enumerate(self._observers):
             try:
                 observer.observe(result)
             except Exception:  # an observer bug must not cost the result its commit
-                log.exception("observer_failed", observer=type(observer).__name__)
+                limit = self._failure_logs.get(i)
+                if limit is None:
+                    limit = self._failure_logs[i] = LogLimit()
+                suppressed = limit.take()
+                if suppressed is not None:
+                    log.exception("observer_failed", observer=type(observer).__name__,
+                                  **({"suppressed": suppressed} if suppressed else {}))
 
     async def dead_letter(self, record: Record, reason: str, error: str) -> None:
         """Publish the original message with the reason."""

@@ -24,7 +24,7 @@ from evalstream.app.outputs import Outputs
 from evalstream.app.pipeline import Pipeline
 from evalstream.errors import OutputRejectedError
 from evalstream.events import EvalResult, JudgeInfo, TraceEvent
-from evalstream.logging import get_logger
+from evalstream.logging import LogLimit, get_logger
 
 __all__ = ["ResultPublisher", "with_details"]
 
@@ -50,6 +50,10 @@ class ResultPublisher:
         self._pipeline = pipeline
         self._outputs = outputs
         self._fail = fail
+        #: Both can repeat on every event (a plugin's details JSON cannot hold, results
+        #: over the size limit): a burst of lines each, then one a second.
+        self._rejected_logs = LogLimit()
+        self._crashed_logs = LogLimit()
 
     def count(self, planned: Planned, result: EvalResult) -> None:
         """Count a published result; a failure here must not publish it a second time."""
@@ -80,11 +84,15 @@ class ResultPublisher:
                 as when a bug kept the evaluation from giving one).
         """
         if isinstance(exc, OutputRejectedError):
-            log.warning("result_rejected", error=str(exc))
+            if (suppressed := self._rejected_logs.take()) is not None:
+                log.warning("result_rejected", error=str(exc),
+                            **({"suppressed": suppressed} if suppressed else {}))
             why = f"result rejected: {exc}"
         else:
             # A bug: named by its type only, as its message may quote the event.
-            log.error("evaluation_crashed", error_type=type(exc).__name__)
+            if (suppressed := self._crashed_logs.take()) is not None:
+                log.error("evaluation_crashed", error_type=type(exc).__name__,
+                          **({"suppressed": suppressed} if suppressed else {}))
             why = f"internal error: {type(exc).__name__}"
         try:
             failed = self._pipeline.failed(event, planned, why, judge)

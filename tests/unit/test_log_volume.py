@@ -1,0 +1,121 @@
+"""Log volume stays bounded under a flood of bad input: one line per bad message (at tens
+of thousands of messages a second) would drown the log pipeline and bill for it. The
+counters still count every one; the lines that go out say how many were left out."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import structlog
+from prometheus_client import CollectorRegistry
+
+from evalstream.app.worker import Worker
+from evalstream.events import RawRecord
+from evalstream.logging import LogLimit
+from evalstream.sinks.memory import MemorySink
+from evalstream.sources.memory import MemorySource
+from tests.support.clock import FakeClock
+from tests.unit.pipeline_doubles import JUDGES, raw, settings
+
+_FLOOD = 2_000
+
+
+def _worker(records: list[RawRecord]) -> tuple[Worker, MemorySource, MemorySink]:
+    source, sink = MemorySource(records), MemorySink()
+    worker = Worker(settings(), registry=CollectorRegistry(), judges=JUDGES, source=source,
+                    sink=sink)
+    return worker, source, sink
+
+
+async def _run_until(worker: Worker, done: Any) -> None:
+    ready = asyncio.Event()
+    task = asyncio.create_task(worker.run(ready))
+    await asyncio.wait_for(ready.wait(), 5)
+    try:
+        async with asyncio.timeout(30):
+            while not done():
+                await asyncio.sleep(0.01)
+    finally:
+        worker.request_stop()
+        await asyncio.wait_for(task, 15)
+
+
+def _lines(logs: list[dict[str, Any]], event: str) -> list[dict[str, Any]]:
+    return [entry for entry in logs if entry["event"] == event]
+
+
+async def test_a_flood_of_bad_messages_logs_a_bounded_number_of_lines() -> None:
+    records = [RawRecord("traces", 0, i, b"{oops") for i in range(_FLOOD)]
+    worker, source, sink = _worker(records)
+    with structlog.testing.capture_logs() as logs:
+        await _run_until(worker, lambda: source.committed.get(("traces", 0)) == _FLOOD)
+    assert len(sink.dead_letters) == _FLOOD
+    registry = worker.metrics.registry
+    assert registry.get_sample_value("evalstream_dead_letters_total",
+                                     {"reason": "invalid_json"}) == _FLOOD
+    lines = _lines(logs, "dead_letter")
+    assert 1 <= len(lines) <= 20, len(lines)  # was one per message
+    # Each line still says where and why; later ones how many were left out before them.
+    assert lines[0]["reason"] == "invalid_json"
+    assert sum(line.get("suppressed", 0) for line in lines) <= _FLOOD - len(lines)
+
+
+async def test_a_rare_reason_is_not_hidden_by_a_flood_of_another() -> None:
+    records = [RawRecord("traces", 0, i, b"{oops") for i in range(_FLOOD)]
+    records.append(RawRecord("traces", 0, _FLOOD, b"[]"))
+    worker, source, _ = _worker(records)
+    with structlog.testing.capture_logs() as logs:
+        await _run_until(worker, lambda: source.committed.get(("traces", 0)) == _FLOOD + 1)
+    assert any(line["reason"] == "not_an_object" for line in _lines(logs, "dead_letter"))
+
+
+async def test_an_evaluator_failing_on_every_event_logs_a_bounded_number_of_lines() -> None:
+    records = [raw(i, "boom") for i in range(_FLOOD // 4)]
+    worker, _, sink = _worker(records)
+    with structlog.testing.capture_logs() as logs:
+        await _run_until(worker, lambda: len(sink.results) == len(records))
+    assert len(_lines(logs, "evaluator_failed")) <= 20
+
+
+def test_log_limit_lets_a_burst_through_then_one_line_per_interval() -> None:
+    clock = FakeClock(100.0)
+    limit = LogLimit(burst=3, interval_s=1.0, clock=clock)
+    assert [limit.take() for _ in range(5)] == [0, 0, 0, None, None]
+    clock.now += 1.0
+    assert limit.take() == 2  # the line that goes out says how many were left out
+    assert limit.take() is None
+    clock.now += 10.0  # quiet: the burst is back, no more than it
+    assert [limit.take() for _ in range(4)] == [1, 0, 0, None]
+
+
+class _BrokenObserver:
+    def observe(self, result: Any) -> None:
+        raise RuntimeError("bug")
+
+    async def run(self, publish_alert: Any, stop: asyncio.Event) -> None:
+        await stop.wait()
+
+
+async def test_an_observer_failing_on_every_result_logs_a_bounded_number_of_lines() -> None:
+    records = [raw(i) for i in range(_FLOOD // 4)]
+    source, sink = MemorySource(records), MemorySink()
+    worker = Worker(settings(), registry=CollectorRegistry(), judges=JUDGES, source=source,
+                    sink=sink, observers=(_BrokenObserver(),))
+    with structlog.testing.capture_logs() as logs:
+        await _run_until(worker, lambda: len(sink.results) == len(records))
+    assert 1 <= len(_lines(logs, "observer_failed")) <= 20
+
+
+async def test_a_flood_of_invalid_labels_logs_a_bounded_number_of_lines() -> None:
+    from tests.unit.test_labels_job import LAB, Job
+
+    job = Job([], [b"{" for _ in range(_FLOOD // 4)])
+    await job.source.start(job.joiner)
+    with structlog.testing.capture_logs() as logs:
+        await job.read()
+    assert len(job.sink.dead_letters) == _FLOOD // 4
+    lines = _lines(logs, "invalid_label")
+    assert 1 <= len(lines) <= 20
+    assert lines[0]["partition"] == 0
+    assert lines[0]["topic"] == LAB
