@@ -13,8 +13,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 __all__ = ["LabelSet", "Metrics"]
 
-_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
-_LAG_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600)
+# Judge calls take seconds to minutes: a request's deadline_s defaults to 300 s, a cascade
+# adds its steps. A value past the last finite edge reads as that edge in a quantile, so
+# with 60 s last a judge incident's p95 flatlined at 60 s.
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
+                    600)
+# Up to a day: a consumer stuck for hours, or a replay (kafka.start_from), is measured too.
+_LAG_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 14400, 86400)
 _SCORE_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 
 
