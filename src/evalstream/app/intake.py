@@ -56,6 +56,12 @@ class BatchCounts:
         self.skipped: Counter[str] = Counter()
         self.sampled_out = 0
 
+    def clear(self) -> None:
+        """Start again from zero (the counts so far were added to the metrics)."""
+        self.decoded.clear()
+        self.skipped.clear()
+        self.sampled_out = 0
+
 
 class Intake:
     """Decodes records of the configured input topics.

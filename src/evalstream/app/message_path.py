@@ -114,6 +114,8 @@ class MessagePath:
         # Batches a keep-alive poll returned while intake waited for a slot mid-batch (see
         # ``_keep_polled``), handled before the next poll, in the order they came.
         self._stashed: deque[Mapping[TP, Sequence[Record]]] = deque()
+        #: The counts of the batch being handled, flushed early by ``_keep_polled``.
+        self._counts = BatchCounts()
 
     def rebalanced(self, revoked: Sequence[TP] = ()) -> None:
         """Partitions were assigned or ``revoked``: what was taken before is not started
@@ -196,9 +198,18 @@ class MessagePath:
 
     async def _handle_batch(self, batch: Mapping[TP, Sequence[Record]]) -> None:
         generation = self._generation
-        intake, tracker = self.intake, self.tracker
+        intake = self.intake
         intake.consumed(batch)
-        counts = BatchCounts()
+        counts = self._counts = BatchCounts()
+        try:
+            await self._handle_partitions(batch, generation, counts)
+        finally:
+            # Also when a stop cancels intake mid-batch: what was handled stays counted.
+            intake.flush(counts)
+
+    async def _handle_partitions(self, batch: Mapping[TP, Sequence[Record]], generation: int,
+                                 counts: BatchCounts) -> None:
+        intake, tracker = self.intake, self.tracker
         limit, seed = intake.key_limit, intake.key_seed
         sampled_out = intake.sampled_out
         # Where each partition's records start, for the lag of one nothing was handled on
@@ -236,7 +247,6 @@ class MessagePath:
                 tracker.advance(tp, group[-1].offset + 1)
             else:
                 break
-        intake.flush(counts)
 
     async def _handle_records(self, records: Sequence[Record], tp: TP, generation: int,
                               counts: BatchCounts) -> bool:
@@ -350,6 +360,10 @@ class MessagePath:
         partitions are paused, so this returns nothing, except from one resumed meanwhile
         (a start position applied): kept for after this batch, never dropped.
         """
+        # The batch's counts so far: it may wait here as long as a slow judge takes, and
+        # events_decoded must not stand still meanwhile while messages_consumed counted it.
+        self.intake.flush(self._counts)
+        self._counts.clear()
         records = await self.source.poll(0.0, 1)
         if records:
             self._stashed.append(records)
