@@ -139,6 +139,13 @@ class Metrics:
             "up; their results are published.", registry=r)
         self.commits = Counter(
             "evalstream_offset_commits_total", "Offset commits.", ["outcome"], registry=r)
+        # An observer that fails leaves what it exports (the drift monitor's pass-rate and
+        # drift gauges) at its last values; its log lines are rate-limited.
+        self.observer_failures = Counter(
+            "evalstream_observer_failures_total",
+            "Result observer failures (the drift monitor: its pass-rate and drift gauges "
+            "stop moving), in observing a result or in its background run.",
+            ["observer"], registry=r)
 
         # --- judges -------------------------------------------------------------------
         self.judge_requests = Counter(

@@ -119,3 +119,34 @@ async def test_a_flood_of_invalid_labels_logs_a_bounded_number_of_lines() -> Non
     assert 1 <= len(lines) <= 20
     assert lines[0]["partition"] == 0
     assert lines[0]["topic"] == LAB
+
+
+def _failures(worker: Worker, observer: str) -> float:
+    return worker.metrics.registry.get_sample_value(
+        "evalstream_observer_failures_total", {"observer": observer}) or 0.0
+
+
+async def test_observer_failures_are_counted_as_their_lines_are_limited() -> None:
+    # A drift monitor failing on every result leaves the pass-rate and drift gauges at
+    # their last values: with its log lines limited, a counter is what can page on it.
+    records = [raw(i) for i in range(50)]
+    source, sink = MemorySource(records), MemorySink()
+    worker = Worker(settings(), registry=CollectorRegistry(), judges=JUDGES, source=source,
+                    sink=sink, observers=(_BrokenObserver(),))
+    await _run_until(worker, lambda: len(sink.results) == len(records))
+    assert _failures(worker, "_BrokenObserver") == len(records)
+
+
+class _CrashingRun(_BrokenObserver):
+    def observe(self, result: Any) -> None:
+        pass
+
+    async def run(self, publish_alert: Any, stop: asyncio.Event) -> None:
+        raise RuntimeError("bug")
+
+
+async def test_an_observer_whose_run_fails_is_counted() -> None:
+    source, sink = MemorySource([raw(0)]), MemorySink()
+    worker = Worker(settings(), registry=CollectorRegistry(), judges=JUDGES, source=source,
+                    sink=sink, observers=(_CrashingRun(),))
+    await _run_until(worker, lambda: _failures(worker, "_CrashingRun") >= 1)

@@ -74,7 +74,8 @@ def drift_observer(settings: Settings, metrics: Metrics) -> ResultObserver | Non
 
 
 async def run_observer(observer: ResultObserver, publish_alert: PublishAlert,
-                       stop: asyncio.Event, fail: Callable[[BaseException], None]) -> None:
+                       stop: asyncio.Event, fail: Callable[[BaseException], None],
+                       metrics: Metrics | None = None) -> None:
     """Run ``observer`` until ``stop``, restarting it when it fails.
 
     An observer bug must not stop evaluation, nor silently stop drift alerting for the
@@ -82,7 +83,8 @@ async def run_observer(observer: ResultObserver, publish_alert: PublishAlert,
     object), backing off so a bug that repeats does not spin. A stop during the backoff
     still runs it once more, so that it takes its final step (the drift monitor resolves
     its firing alerts as handed over). An alert that cannot be made durable
-    (``SinkError``) goes to ``fail`` and ends the run.
+    (``SinkError``) goes to ``fail`` and ends the run. Each failure counts in
+    ``evalstream_observer_failures_total`` (with ``metrics``).
     """
     backoff = _BACKOFF_S
     while True:
@@ -95,6 +97,8 @@ async def run_observer(observer: ResultObserver, publish_alert: PublishAlert,
             fail(exc)
             return
         except Exception:
+            if metrics is not None:
+                metrics.observer_failures.labels(type(observer).__name__).inc()
             log.exception("observer_run_failed", observer=type(observer).__name__,
                           restart_in_s=backoff)
             if stop.is_set():

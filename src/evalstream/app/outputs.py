@@ -47,6 +47,7 @@ class Outputs:
             try:
                 observer.observe(result)
             except Exception:  # an observer bug must not cost the result its commit
+                self._metrics.observer_failures.labels(type(observer).__name__).inc()
                 limit = self._failure_logs.get(i)
                 if limit is None:
                     limit = self._failure_logs[i] = LogLimit()

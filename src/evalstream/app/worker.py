@@ -214,7 +214,7 @@ class Worker:
         ]
         observer_tasks = [
             asyncio.create_task(run_observer(obs, self.outputs.alert, self._observers_stop,
-                                             self._fail), name=f"observer-{i}")
+                                             self._fail, self.metrics), name=f"observer-{i}")
             for i, obs in enumerate(self.observers)
         ]
         if self.caught_up is not None:
