@@ -166,3 +166,51 @@ async def test_a_fetch_error_leaves_aiokafka_s_poll_liveness_working(
         assert consumer._subscription.fetcher_idle_time >= 0.05
     finally:
         consumer._closed = True  # never started: nothing to close
+
+
+class _Assigned:
+    """Stands in for the aiokafka consumer: what it holds is set by the test."""
+
+    def __init__(self) -> None:
+        self.held: set[TopicPartition] = {TopicPartition("traces", 0)}
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.held)
+
+
+class _Handler:
+    async def on_assigned(self, tps: Any) -> None:
+        pass
+
+    async def on_revoked(self, tps: Any) -> None:
+        pass
+
+
+async def test_a_replica_left_without_partitions_after_an_outage_says_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # An outage while it held a partition marked the broker unreachable; the group then
+    # gave that partition to another replica. The check asks only about assigned
+    # partitions, so /readyz said "the broker did not answer the last check" for good,
+    # sending on-call after a broker that answers, and the no-partitions warning never came.
+    from evalstream.app.health import NO_PARTITIONS, not_ready_reason
+
+    source = KafkaSource(KafkaSettings(), ["traces"])
+    consumer = _Assigned()
+    source._consumer = consumer  # type: ignore[assignment]
+    source._connected = True
+
+    async def no_answer(*_: Any) -> None:
+        return None
+
+    monkeypatch.setattr(source_module, "_end_offsets", no_answer)
+    await source.check(0.1)
+    assert not_ready_reason(stopping=False, started=True, source=source) == \
+        "the broker did not answer the last check"
+    # The broker is back; the rebalance that follows gives this member nothing: the group
+    # coordinator answered, so the broker did.
+    consumer.held = set()
+    listener = source._listener(_Handler())
+    await listener.on_partitions_revoked([TopicPartition("traces", 0)])
+    await listener.on_partitions_assigned(set())
+    await source.check(0.1)
+    assert not_ready_reason(stopping=False, started=True, source=source) == NO_PARTITIONS

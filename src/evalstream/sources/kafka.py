@@ -55,15 +55,19 @@ _PERMANENT = (TopicAuthorizationFailedError, GroupAuthorizationFailedError,
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
     def __init__(self, handler: RebalanceHandler,
-                 position: Callable[[Sequence[TopicPartition]], Awaitable[None]]) -> None:
+                 position: Callable[[Sequence[TopicPartition]], Awaitable[None]],
+                 answered: Callable[[], None] = lambda: None) -> None:
         self._handler = handler
         self._position = position
+        self._answered = answered
 
     async def on_partitions_revoked(self, revoked: Sequence[TopicPartition]) -> None:
         if revoked:
             await self._handler.on_revoked([(tp.topic, tp.partition) for tp in revoked])
 
     async def on_partitions_assigned(self, assigned: Sequence[TopicPartition]) -> None:
+        # A rebalance completed: the group coordinator answered (even with nothing for us).
+        self._answered()
         # Positions first: aiokafka calls this before it fetches from ``assigned``.
         await self._position(assigned)
         await self._handler.on_assigned([(tp.topic, tp.partition) for tp in assigned])
@@ -146,7 +150,9 @@ class KafkaSource:
             return
         assigned = sorted(consumer.assignment())
         if not assigned:
-            return  # not ready anyway; nothing to ask about
+            # Not ready anyway; nothing to ask about. A rebalance that left us nothing
+            # marks the broker as answering (``_group_answered``).
+            return
         reachable = await _end_offsets(consumer, assigned[:1], timeout_s) is not None
         if reachable != self._reachable:
             if reachable:
@@ -192,9 +198,25 @@ class KafkaSource:
         except BaseException:  # failed, or start-up's deadline cancelled it: close it
             await consumer.stop()
             raise
-        consumer.subscribe(self._topics, listener=_Listener(handler, self._position))
+        consumer.subscribe(self._topics, listener=self._listener(handler))
         self._consumer = consumer
         self._connected = self._reachable = True
+
+    def _listener(self, handler: RebalanceHandler) -> _Listener:
+        """The rebalance listener the consumer calls (its own method for tests)."""
+        return _Listener(handler, self._position, self._group_answered)
+
+    def _group_answered(self) -> None:
+        """The group's coordinator answered (a rebalance completed): the broker is there.
+
+        ``check`` asks about an assigned partition only, so a member left with none after
+        an outage would otherwise keep its last answer, "unreachable", for good: /readyz
+        then sends on-call after a broker that answers, rather than saying the member has
+        no partitions.
+        """
+        if not self._reachable:
+            log.info("broker_reachable")
+            self._reachable = True
 
     async def _connect(self, consumer: AIOKafkaConsumer) -> None:
         try:
