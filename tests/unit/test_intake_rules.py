@@ -247,6 +247,10 @@ def test_content_parts_are_read_only_when_all_are_text() -> None:
             decoder(RawRecord("traces", 0, 0, dump_json(
                 {**IDS, "output": "a", "messages": [{"role": "user", "content": content}]})))
         assert info.value.reason == "invalid_field"
+        # Says why, not only "string_type": every message of a multimodal app lands here.
+        assert ("messages.0.content: string_type (a list of content parts is read only "
+                "when every part is text" if content else
+                "messages.0.content: string_type (an empty list") in str(info.value)
     text_only = [{"type": "text", "text": "look"}, {"type": "text", "text": "here"}]
     (event,) = decoder(RawRecord("traces", 0, 0, dump_json(
         {**IDS, "messages": [{"role": "user", "content": text_only},

@@ -130,8 +130,25 @@ def _describe(exc: ValidationError, fields: Mapping[str, Any]) -> str:
         return f"{_shape_error(fields) or 'event'}: wrong type ({count} errors)"
     return "; ".join(
         f"{'.'.join(_location_part(p) for p in err['loc']) or 'event'}: {err['type']}"
+        f"{_parts_hint(err['loc'], fields)}"
         for err in exc.errors()
     )
+
+
+def _parts_hint(loc: tuple[str | int, ...], fields: Mapping[str, Any]) -> str:
+    """Why a message's content list is no text: "string_type" alone did not say that a
+    multimodal message (an image or audio part beside the text) is not judged."""
+    if len(loc) != 3 or loc[0] != "messages" or loc[2] != "content" or type(loc[1]) is not int:
+        return ""
+    messages = fields.get("messages")
+    content = messages[loc[1]].get("content") if isinstance(messages, list) and \
+        loc[1] < len(messages) and isinstance(messages[loc[1]], Mapping) else None
+    if not isinstance(content, list):
+        return ""
+    if not content:
+        return " (an empty list of content parts)"
+    return (" (a list of content parts is read only when every part is text: a message "
+            "with an image, audio or file part is not judged on its text alone)")
 
 
 def _location_part(part: str | int) -> str:
