@@ -1,13 +1,19 @@
-"""result_build.ok_result: every field of the score is carried onto the published result."""
+"""result_build: every field of the score is carried onto the published result, with times
+in UTC."""
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
+
+import pytest
 from prometheus_client import CollectorRegistry
 
+from evalstream.app.bindings import Planned
 from evalstream.app.pipeline import Pipeline
-from evalstream.app.result_build import ok_result
+from evalstream.app.result_build import error_result, ok_result
 from evalstream.evaluators.base import Score
-from evalstream.events import JudgeInfo, TraceEvent
+from evalstream.events import JudgeInfo, TraceEvent, dump_json
 from evalstream.metrics import Metrics
 from tests.unit.pipeline_doubles import JUDGES, settings
 
@@ -27,3 +33,30 @@ def test_an_ok_result_carries_every_field_of_its_score() -> None:
     assert (result.confidence, result.raw_score) == (0.5, 1.75)
     assert result.probabilities == {"good": 0.25, "bad": 0.75}
     assert (result.details, result.reason, result.judge) == ({"k": 1}, "too short", judge)
+
+
+def _planned() -> tuple[TraceEvent, Planned]:
+    pipeline = Pipeline(settings(), JUDGES, Metrics(CollectorRegistry()))
+    event = TraceEvent(event_id="e1", trace_id="t1", output="ok")
+    (planned,) = pipeline.plan(event, topic="traces")
+    return event, planned
+
+
+@pytest.mark.parametrize("stamp", [
+    "2026-11-29T21:05:00",          # no offset: read as UTC, as the lag metric reads it
+    "2026-11-29T23:05:00+02:00",    # another offset: the same instant, written in UTC
+    "2026-11-29T21:05:00Z",
+])
+def test_event_time_is_written_in_utc_whatever_offset_the_event_gave(stamp: str) -> None:
+    # A flat_json timestamp without an offset was written as it came ("...T21:05:00"): not
+    # an RFC 3339 date-time (the schema's format), and a reader guesses its zone; one with
+    # "+02:00" kept it, beside evaluated_at's "Z".
+    event, planned = _planned()
+    event = event.model_copy(update={"timestamp": TraceEvent(event_id="x",
+                                                                 timestamp=stamp).timestamp})
+    for result in (ok_result(event, planned, Score(score=0.9, label=None, passed=True), ()),
+                   error_result(event, planned, "judge: down", ())):
+        wire = json.loads(dump_json(result))
+        assert wire["event_time"] == "2026-11-29T21:05:00Z"
+        assert wire["evaluated_at"].endswith("Z")
+        assert result.event_time == datetime(2026, 11, 29, 21, 5, tzinfo=UTC)

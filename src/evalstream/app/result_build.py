@@ -34,6 +34,18 @@ _JUDGE_NAMES = ("backend", "model")
 _JUDGE_COUNTS = ("requests", "tokens_in", "tokens_out")
 
 
+def _utc(stamp: datetime | None) -> datetime | None:
+    """``stamp`` in UTC: an event time without an offset is UTC (as the lag metric and
+    session ordering read it), one with another offset the same instant. Written as it
+    came, ``...T21:05:00`` is no RFC 3339 date-time (the schema's format) and leaves its zone
+    to a reader's guess, and ``+02:00`` sat beside ``evaluated_at``'s ``Z``."""
+    if stamp is None or stamp.tzinfo is UTC:
+        return stamp
+    if stamp.tzinfo is None:
+        return stamp.replace(tzinfo=UTC)
+    return stamp.astimezone(UTC)
+
+
 def _envelope(event: TraceEvent, planned: Planned, names: tuple[str, ...]) -> dict[str, Any]:
     """The fields every result of ``planned`` on ``event`` carries, ok or error, with the
     event attributes ``names`` (``results.attributes``) copied."""
@@ -52,7 +64,7 @@ def _envelope(event: TraceEvent, planned: Planned, names: tuple[str, ...]) -> di
         "evaluator": bound.label,
         "evaluator_version": bound.version,
         "sample_rate": planned.sample_rate,
-        "event_time": event.timestamp,
+        "event_time": _utc(event.timestamp),
     }
     if planned.canary is not None:
         fields["canary"] = True
