@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
@@ -208,7 +208,9 @@ def combine_sources(first: ProbabilitySource | None,
 class JudgeInfo(BaseModel):
     """Which judge produced a score and what it cost."""
 
-    model_config = ConfigDict(frozen=True)
+    # No NaN or infinity (a plugin judge's): JSON has none, and pydantic would write null
+    # where the schema promises a number.
+    model_config = ConfigDict(frozen=True, allow_inf_nan=False)
 
     backend: str
     model: str | None = None
@@ -263,7 +265,11 @@ class EvalResult(BaseModel):
     ``gen_ai.evaluation.score.value``/``.label`` and ``reason`` is the explanation.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # No NaN or infinity in any number field (a plugin's score): JSON has none, and pydantic
+    # wrote them as null, a silent null for ``raw_score`` and a schema violation in
+    # ``probabilities``. A result that holds one is refused, so the pipeline publishes an
+    # error result naming the field instead (``invalid score fields``).
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     schema_version: str = SCHEMA_VERSION
     result_id: str
@@ -286,7 +292,8 @@ class EvalResult(BaseModel):
     passed: bool | None = None
     threshold: float | None = None
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)
-    probabilities: dict[str, float] = Field(default_factory=dict)
+    probabilities: dict[str, Annotated[float, Field(ge=0.0, le=1.0)]] = Field(
+        default_factory=dict)
     raw_score: float | None = None
     details: dict[str, Any] = Field(default_factory=dict)
     reason: str | None = None
