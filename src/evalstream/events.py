@@ -33,6 +33,7 @@ __all__ = [
     "dump_json",
     "eval_result_json_schema",
     "load_json",
+    "read_result",
     "result_id",
     "result_ids",
     "stable_hash",
@@ -310,6 +311,35 @@ class EvalResult(BaseModel):
     #: A canary's gold answer for this evaluator as given (``"true"``/``"false"`` or a
     #: class label), when it had a valid one; None otherwise.
     gold: str | None = None
+
+
+class _ResultReader(EvalResult):
+    """``EvalResult`` read from the results topic: fields it does not know are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+_SCHEMA_MAJOR = SCHEMA_VERSION.split(".", 1)[0]
+
+
+def read_result(data: bytes | str) -> EvalResult:
+    """A result as published on the results topic, read as a consumer reads it.
+
+    A later minor schema version only adds fields, so those are ignored: a reader older
+    than the workers (``join-labels`` during an upgrade) keeps reading. ``EvalResult``
+    itself forbids unknown fields, which is right for what the worker writes but would
+    refuse every newer result. A later major version may have renamed or retyped a field,
+    so it is refused rather than read as this one.
+
+    Raises:
+        ValueError: not a result of this major schema version (pydantic's
+            ``ValidationError`` is a ``ValueError``).
+    """
+    result = _ResultReader.model_validate_json(data)
+    if result.schema_version.split(".", 1)[0] != _SCHEMA_MAJOR:
+        raise ValueError(f"schema_version {result.schema_version[:20]!r}: this release "
+                         f"reads {_SCHEMA_MAJOR}.x")
+    return result
 
 
 def result_id(event_id: str, route: str, evaluator: str, evaluator_config: Any) -> str:

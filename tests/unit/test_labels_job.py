@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from evalstream.app.labels_job import INVALID_LABEL, LabelJoiner
 from evalstream.cli import EXIT_CONFIG, main
 from evalstream.config import load_settings
-from evalstream.events import EvalResult, RawRecord, dump_json
+from evalstream.events import SCHEMA_VERSION, EvalResult, RawRecord, dump_json, load_json
 from evalstream.sinks.memory import MemorySink
 from evalstream.sources.memory import MemorySource
 from tests.unit.test_cli import bootstrap, listener, nobody_connected
@@ -241,3 +241,27 @@ async def test_canary_results_are_not_held_for_human_labels() -> None:
     assert job.agreed() == 1  # r's alone
     # The canary's result is released at once; its label waits as any unmatched one.
     assert job.source.committed == {(RES, 0): 2, (LAB, 0): 0}
+
+
+def _newer(rid: str, version: str) -> bytes:
+    """``rid``'s result as a worker on schema ``version`` would write it: a field this
+    release does not know, at top level and in ``judge``."""
+    body = load_json(result(rid))
+    body.update(schema_version=version, added_later={"x": 1})
+    body["judge"] = {"backend": "builtin", "added_later_too": True}
+    return dump_json(body)
+
+
+async def test_results_of_a_later_minor_schema_version_are_still_joined() -> None:
+    # A minor version only adds fields, and workers are upgraded before (or without) the
+    # joiner: reading with the worker's own strict model (extra fields forbidden) counted
+    # every newer result as undecodable, so no human label was joined until the joiner
+    # was upgraded too.
+    major = SCHEMA_VERSION.split(".")[0]
+    job = Job([_newer("r", f"{major}.999"), _newer("s", f"{int(major) + 1}.0")],
+              [label("r"), label("s")])
+    await job.source.start(job.joiner)
+    await job.read()
+    assert job.agreed() == 1
+    # A later major version may have renamed or retyped a field: not read as this one.
+    assert job.v("evalstream_labels_ignored_total", kind="result", reason="undecodable") == 1

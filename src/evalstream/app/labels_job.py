@@ -55,7 +55,7 @@ from evalstream.app.waits import SharedDeadline
 from evalstream.config import Settings, load_settings
 from evalstream.errors import SinkError, SourceError
 from evalstream.evaluators import registry
-from evalstream.events import EvalResult, Record
+from evalstream.events import Record, read_result
 from evalstream.logging import LogLimit, configure_logging, get_logger
 from evalstream.metrics import Metrics
 from evalstream.sinks.base import Sink
@@ -173,7 +173,7 @@ class LabelJoiner:
     def _held(self, value: bytes | None) -> HeldResult | str:
         """The result to hold, or why it is ignored."""
         try:
-            result = EvalResult.model_validate_json(value or b"")
+            result = read_result(value or b"")
         except (ValidationError, ValueError):
             return "undecodable"
         if result.canary:
