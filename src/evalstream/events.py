@@ -313,12 +313,6 @@ class EvalResult(BaseModel):
     gold: str | None = None
 
 
-class _ResultReader(EvalResult):
-    """``EvalResult`` read from the results topic: fields it does not know are ignored."""
-
-    model_config = ConfigDict(extra="ignore")
-
-
 _SCHEMA_MAJOR = SCHEMA_VERSION.split(".", 1)[0]
 
 
@@ -335,7 +329,11 @@ def read_result(data: bytes | str) -> EvalResult:
         ValueError: not a result of this major schema version (pydantic's
             ``ValidationError`` is a ``ValueError``).
     """
-    result = _ResultReader.model_validate_json(data)
+    body = load_json(data)
+    if type(body) is dict:
+        # ``JudgeInfo`` ignores unknown fields of its own.
+        body = {k: v for k, v in body.items() if k in EvalResult.model_fields}
+    result = EvalResult.model_validate(body)
     if result.schema_version.split(".", 1)[0] != _SCHEMA_MAJOR:
         raise ValueError(f"schema_version {result.schema_version[:20]!r}: this release "
                          f"reads {_SCHEMA_MAJOR}.x")
