@@ -169,3 +169,73 @@ def test_the_otel_copy_names_the_result_and_its_span(
         if result.score is not None:
             assert attributes["gen_ai.evaluation.score.value"] == result.score
         assert ("error.type" in attributes) == (result.status == "error")
+
+
+# --- result_id: the same for the same input and config, wherever and whenever it runs ---
+
+CORPUS = [{"event_id": f"seed-{i}", "trace_id": f"t{i}", "output": text}
+          for i, text in enumerate(["ok", "fail", "I can't help with that.", "Thanks!", "ok"])]
+
+
+def corpus_ids(partition: int = 0, first_offset: int = 0, record_ms: int | None = None,
+               route_rate: float = 1.0, reversed_params: bool = False) -> list[str]:
+    """The result ids of ``CORPUS`` (every event scored: canaries) read from
+    ``partition`` at ``first_offset``, with ``record_ms`` as the Kafka timestamp."""
+    import asyncio
+
+    from evalstream.app.pipeline import Pipeline
+    from evalstream.config import InputTopic
+    from evalstream.formats import decoder_for
+    from evalstream.judges.builtin import BuiltinJudge
+    from evalstream.metrics import Metrics
+
+    params = {"topics": {"orders": "order status", "billing": "billing"},
+              "fail_topics": ["other"]}
+    if reversed_params:
+        params = dict(reversed(params.items()))
+        params["topics"] = dict(reversed(params["topics"].items()))
+    settings = load_settings(None, inputs=[{"topic": "traces"}], routes=[
+        {"name": "main", "sample_rate": route_rate,
+         "evaluators": [{"evaluator": "refusal"}, {"evaluator": "topic", "params": params}]}])
+    decode = decoder_for(InputTopic(topic="traces"))
+
+    async def run() -> list[str]:
+        pipeline = Pipeline(settings, {"builtin": BuiltinJudge()}, Metrics(CollectorRegistry()))
+        ids = []
+        for i, body in enumerate(CORPUS):
+            # Canaries, so that every event is scored whatever the rate.
+            body = {**body, "attributes": {"evalstream.canary": "true"}}
+            record = RawRecord("traces", partition, first_offset + i, dump_json(body),
+                               timestamp=record_ms)
+            for event in decode(record).events:
+                ids += sorted(r.result_id for r in await pipeline.evaluate(event,
+                                                                           topic="traces"))
+        return ids
+
+    return asyncio.run(run())
+
+
+def test_result_ids_do_not_depend_on_where_when_or_how_often() -> None:
+    base = corpus_ids()
+    assert len(base) == 2 * len(CORPUS)
+    assert len(set(base)) == len(base)  # seed-0 and seed-4 differ in their ids alone
+    assert corpus_ids(partition=3, first_offset=10_000, record_ms=1_764_450_300_000) == base
+    assert corpus_ids(route_rate=0.01) == base
+    assert corpus_ids(reversed_params=True) == base
+
+
+def test_result_ids_are_the_same_in_another_process() -> None:
+    # No per-process salt (str hashes, dict order) reaches an id: another process, with
+    # another PYTHONHASHSEED, computes the same ones.
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("import json; from tests.unit.test_result_contract import corpus_ids; "
+            "print(json.dumps(corpus_ids()))")
+    env = {**os.environ, "PYTHONHASHSEED": "12345",
+           "PYTHONPATH": f"{root / 'src'}{os.pathsep}{root}"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, check=True,
+                         capture_output=True, text=True, timeout=120).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == corpus_ids()
