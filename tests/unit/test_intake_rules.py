@@ -24,18 +24,29 @@ from evalstream.sampling import SCALE, Sampler
 from tests.unit.pipeline_doubles import JUDGES, raw, settings
 
 
+def _fmix32(h: int) -> int:
+    """MurmurHash3's 32-bit finaliser, written out as the README documents it."""
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) % 2**32
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) % 2**32
+    return h ^ (h >> 16)
+
+
 def test_the_unsalted_hash_is_plain_crc32_of_the_key() -> None:
-    """The documented hash (CRC-32 of the UTF-8 key, salt first then NUL): workers of two
-    versions during a rolling deploy, or a tool predicting which traces are evaluated, must
-    agree on every decision. A changed starting value would reshuffle the sample."""
+    """The documented hash (CRC-32 of the UTF-8 key; with a salt, of salt, NUL and key,
+    then MurmurHash3's finaliser): workers of two versions during a rolling deploy, or a
+    tool predicting which traces are evaluated, must agree on every decision. A changed
+    starting value would reshuffle the sample."""
     plain = Sampler(SamplingSettings())
     salted = Sampler(SamplingSettings(salt="s1"))
     for key in ("4bf92f3577b34da6a3ce929d0e0e4736", "evt-000123", "trace-ü"):
         data = key.encode("utf-8")
         assert plain.fraction_of(key) == zlib.crc32(data) / 2**32
         assert plain.fraction_of_bytes(data) == zlib.crc32(data) / 2**32
-        assert salted.fraction_of(key) == zlib.crc32(b"s1\x00" + data) / 2**32
-    assert plain.seed == 0
+        assert salted.fraction_of(key) == _fmix32(zlib.crc32(b"s1\x00" + data)) / 2**32
+        assert salted.fraction_of_bytes(data) == salted.fraction_of(key)
+    assert plain.key_hash is zlib.crc32
     assert SCALE == 2**32
 
 

@@ -12,7 +12,7 @@ become dead letters, and messages that need normalising) takes ``decode``, which
 the pipeline's sampling test to the decoder so those are skipped before a model is built.
 
 With ``sampling.key: message_key`` the worker decides before decoding, from the Kafka key
-(``key_limit`` / ``key_seed``): a message whose key hashes at or above the highest route
+(``key_limit`` / ``key_hash``): a message whose key hashes at or above the highest route
 rate is counted as a ``sampling`` skip and never decoded, so its content is never examined
 (a malformed one is a sampling skip, not a dead letter). A message below it is decoded with
 ``decode(record, presampled=True)``: fully validated, without the decoder's own sampling
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from zlib import crc32
 
 from evalstream.app.pipeline import Pipeline
 from evalstream.app.reach import attributes_read
@@ -90,14 +89,15 @@ class Intake:
                          for t in settings.inputs}
         self._skip_sampling = metrics.events_skipped.labels("sampling")
         sampler = pipeline.sampler
-        # The pipeline's test ``fraction < max_rate`` on the CRC scale: a hash is kept when
-        # ``crc32(key, seed) < limit``. Exact (both sides scale by a power of two), so these
+        # The pipeline's test ``fraction < max_rate`` on the hash scale: a key is kept when
+        # ``key_hash(key) < limit``. Exact (both sides scale by a power of two), so these
         # shortcuts and the pipeline always agree.
         limit = pipeline.max_rate * SCALE
-        #: With ``sampling.key: message_key``: the limit for the Kafka key's CRC (seeded with
-        #: ``key_seed``). None when sampling is on the event.
+        #: With ``sampling.key: message_key``: the limit for the Kafka key's hash
+        #: (``key_hash``). None when sampling is on the event.
         self.key_limit: float | None = limit if sampler.by_message_key else None
-        self.key_seed = sampler.seed
+        #: The sampler's hash of key bytes (``zlib.crc32`` without a salt).
+        self.key_hash = sampler.key_hash
         #: ``sampled_out`` when a probe can decide for some topic (event-key sampling below
         #: rate 1); None otherwise, so callers skip the call altogether.
         self.sampled_out: Callable[[Record], bool] | None = None
@@ -105,10 +105,10 @@ class Intake:
                   if type(d) is FlatJsonDecoder
                   and (probe := d.sampling_probe(pipeline.sampling_key)) is not None}
         if probes and not sampler.by_message_key and pipeline.max_rate < 1.0:
-            self.sampled_out = self._prober(probes, limit, sampler.seed)
+            self.sampled_out = self._prober(probes, limit, sampler.key_hash)
 
     def _prober(self, probes: dict[str, Callable[[bytes], str | None]], limit: float,
-                seed: int) -> Callable[[Record], bool]:
+                key_hash: Callable[[bytes], int]) -> Callable[[Record], bool]:
         max_bytes = self._max_bytes
 
         def sampled_out(record: Record) -> bool:
@@ -120,7 +120,7 @@ class Intake:
             if probe is None:
                 return False
             key = probe(value)
-            return key is not None and crc32(key.encode("utf-8"), seed) >= limit
+            return key is not None and key_hash(key.encode("utf-8")) >= limit
 
         return sampled_out
 

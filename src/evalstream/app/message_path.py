@@ -33,7 +33,6 @@ import asyncio
 import functools
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from zlib import crc32
 
 import structlog
 
@@ -210,7 +209,7 @@ class MessagePath:
     async def _handle_partitions(self, batch: Mapping[TP, Sequence[Record]], generation: int,
                                  counts: BatchCounts) -> None:
         intake, tracker = self.intake, self.tracker
-        limit, seed = intake.key_limit, intake.key_seed
+        limit, key_hash = intake.key_limit, intake.key_hash
         sampled_out = intake.sampled_out
         # Where each partition's records start, for the lag of one nothing was handled on
         # yet: the source's position is past them, and the loop below may wait for slots
@@ -234,7 +233,7 @@ class MessagePath:
             # skipped 1 KB message (bench/throughput.py), a test of the headers nothing.
             work: Sequence[Record]
             if limit is not None:
-                work = [r for r in group if not (k := r.key) or crc32(k, seed) < limit
+                work = [r for r in group if not (k := r.key) or key_hash(k) < limit
                         or (r.headers and _canary_header(r.headers))]
                 counts.sampled_out += len(group) - len(work)
             elif sampled_out is not None:
@@ -252,11 +251,11 @@ class MessagePath:
                               counts: BatchCounts) -> bool:
         """Decode and dispatch one partition's records; False if a rebalance cut it short."""
         intake = self.intake
-        limit, seed = intake.key_limit, intake.key_seed
+        limit, key_hash = intake.key_limit, intake.key_hash
         for record in records:
             fraction = None
             if limit is not None and (key := record.key):
-                fraction = crc32(key, seed) / SCALE  # sampled on its key, planned with it
+                fraction = key_hash(key) / SCALE  # sampled on its key, planned with it
             try:
                 decoded = intake.decode(record, presampled=fraction is not None)
             except DecodeError as exc:
