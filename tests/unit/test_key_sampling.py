@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import structlog.testing
 from prometheus_client import CollectorRegistry
 
 from evalstream.app.intake import Intake
@@ -243,3 +244,21 @@ async def test_a_high_rate_stratum_is_not_skipped_before_decoding() -> None:
         assert not by_rate.get(0.01, set()) & tiny
         assert metric(worker, "evalstream_events_skipped_total", reason="sampling") == (
             len(records) - len(sink.results))
+
+
+async def test_a_key_that_is_not_the_trace_id_is_said_once() -> None:
+    # Producers keying by tenant or app (not by trace id) make every message of a key share
+    # one fraction: with message_key sampling a tenant is then evaluated entirely or never,
+    # and the Wilson bounds (which assume independent draws) are far too narrow. Only the
+    # traffic can tell, so the worker says it once, naming no key or id.
+    tenant_keyed = [RawRecord("traces", 0, i, body(i, t), b"tenant-acme")
+                    for i, t in enumerate(TRACE_IDS[:50])]
+    with structlog.testing.capture_logs() as logs:
+        await run_worker(tenant_keyed, sampling={"key": "message_key", "rate": 1.0})
+    said = [e for e in logs if e["event"] == "sampling_key_not_trace_id"]
+    assert len(said) == 1
+    assert "tenant-acme" not in str(said[0])
+    trace_keyed = [keyed(0, i, t, body(i, t)) for i, t in enumerate(TRACE_IDS[:50])]
+    with structlog.testing.capture_logs() as logs:
+        await run_worker(trace_keyed, sampling={"key": "message_key", "rate": 1.0})
+    assert not [e for e in logs if e["event"] == "sampling_key_not_trace_id"]

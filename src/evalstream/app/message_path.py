@@ -115,6 +115,8 @@ class MessagePath:
         self._stashed: deque[Mapping[TP, Sequence[Record]]] = deque()
         #: The counts of the batch being handled, flushed early by ``_keep_polled``.
         self._counts = BatchCounts()
+        #: ``sampling_key_not_trace_id`` was logged (once per process).
+        self._key_not_trace_said = False
 
     def rebalanced(self, revoked: Sequence[TP] = ()) -> None:
         """Partitions were assigned or ``revoked``: what was taken before is not started
@@ -273,10 +275,30 @@ class MessagePath:
             if not events:
                 continue
             counts.decoded[record.topic] += len(events)
+            if fraction is not None and not self._key_not_trace_said:
+                self._check_key(record, events[0])
             await self._dispatch(record, tp, events, fraction)
             if generation != self._generation:
                 return False
         return True
+
+    def _check_key(self, record: Record, event: TraceEvent) -> None:
+        """Say once when a keyed message's key is not its event's trace id.
+
+        ``sampling.key: message_key`` samples on the key: keyed by tenant or app, every
+        message of a key shares one fraction, so a key is evaluated entirely or never (and
+        intervals assuming independent draws are too narrow). Only the traffic can tell.
+        Runs only for messages sampled on their key (decoded anyway): one comparison.
+        """
+        if record.key == event.trace_id.encode("utf-8") or (
+                CANARY_ATTRIBUTE in event.attributes):  # a canary producer may key as it likes
+            return
+        self._key_not_trace_said = True
+        log.warning("sampling_key_not_trace_id", topic=record.topic,
+                    note="sampling.key: message_key samples on the Kafka message key, which "
+                         "here is not the event's trace_id: every message of one key is "
+                         "sampled in or out together (key producers by trace id, or use "
+                         "sampling.key: trace_id; said once per process)")
 
     async def _dispatch_events(self, record: Record, tp: TP, events: list[TraceEvent],
                                fraction: float | None) -> None:
