@@ -59,7 +59,8 @@ def test_unit_tests_cover_spike_quiet_and_small_sample() -> None:
     availability = {"EvalstreamDown", "EvalstreamTargetDown", "EvalstreamOffsetCommitErrors",
                     "EvalstreamJudgeCircuitOpen", "EvalstreamJudgeErrors",
                     "EvalstreamJudgeSpendCapReached", "EvalstreamJudgeRateLimited",
-                    "EvalstreamJudgeLogprobsLost", "EvalstreamObserverFailing"}
+                    "EvalstreamJudgeLogprobsLost", "EvalstreamObserverFailing",
+                    "EvalstreamLabelsLost"}
     assert availability <= fired
     assert availability <= silent
     # Session windows cut short: fires on a steady share, quiet on few windows.
