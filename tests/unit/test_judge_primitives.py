@@ -203,7 +203,10 @@ def test_json_answers(text: str, answer: str) -> None:
 
 @pytest.mark.parametrize("text", [
     "yes", '{"answer": "yes"}', '{"output": "yes", "why": "x"}', '{"output": "maybe"}',
-    '{"output": true}', "[\"yes\"]", '{"output": "yes"} trailing'])
+    '{"output": true}', "[\"yes\"]", '{"output": "yes"} trailing',
+    # Two verdicts in one object: Python's json keeps the last one silently, so an echo of
+    # content (or a model that changes its mind) would pass for one strict answer.
+    '{"output": "no", "output": "yes"}', '{"output": "yes", "output": "yes"}'])
 def test_json_answers_are_strict(text: str) -> None:
     with pytest.raises(JudgeError):
         parse_json_answer(text, ("yes", "no"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from evalstream.errors import JudgeError
 from evalstream.judges.logprobs import fold
@@ -10,15 +11,32 @@ from evalstream.judges.logprobs import fold
 __all__ = ["parse_json_answer", "unfence"]
 
 
+class _RepeatedKeyError(ValueError):
+    """A JSON object names a key twice."""
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object from its pairs; a key named twice is refused, not silently the last."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise _RepeatedKeyError
+    return obj
+
+
 def parse_json_answer(content: str, options: tuple[str, ...]) -> str:
     """The option named by a strict ``{"output": ...}`` answer.
 
     Raises:
-        JudgeError: not exactly a JSON object with one key ``output`` naming an option.
+        JudgeError: not exactly a JSON object with one key ``output`` naming an option. An
+            object naming ``output`` twice is refused too: ``json`` would keep the last
+            one, which may be a verdict echoed from the content after the model's own.
     """
     text = unfence(content)
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, object_pairs_hook=_pairs)
+    except _RepeatedKeyError:
+        raise JudgeError(f'judge answer must be exactly {{"output": ...}}, got a key twice '
+                         f"in {text[:60]!r}") from None
     except ValueError:
         raise JudgeError(f'judge answer is not JSON {{"output": ...}}: {text[:60]!r}') from None
     if not isinstance(obj, dict) or set(obj) != {"output"}:
