@@ -41,6 +41,10 @@ def create(evaluator: str, judge: str = "j", **params: Any) -> None:
     ("frustration", {"threshold": 6}, "params.threshold", "less than or equal to 5"),
     ("sentiment", {"source": "reply"}, "params.source", "'input'"),
     ("classifier", {"labels": {"a": "x"}}, "params.labels", "at least 2"),
+    # ``$`` also matches before a final newline: such a name broke its line of the prompt.
+    ("classifier", {"labels": {"safe\n": "x", "unsafe": "y"}}, "params.labels",
+     "must be letters"),
+    ("topic", {"topics": {"billing\n": "x"}}, "params.topics", "lower-case"),
     ("scorer", {"rubric": "1 bad .. 3 good", "levels": 3, "threshold": 4}, "params",
      "above levels"),
     # A failing label listed twice would be subtracted twice (score < 0): rejected.

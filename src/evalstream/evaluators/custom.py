@@ -36,7 +36,9 @@ def _default_fields() -> list[Field_]:
     return ["input", "output"]
 
 
-_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
+# Matched whole (``fullmatch``): with ``match``, ``$`` also matched before a final newline,
+# so "safe\n" passed and broke its line of the judge's instructions and answer format.
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,39}")
 
 
 def event_fields(event: TraceEvent, fields: list[Field_], params: TextParams
@@ -79,7 +81,7 @@ class ClassifierParams(TextParams):
     @field_validator("labels")
     @classmethod
     def _names(cls, labels: dict[str, str]) -> dict[str, str]:
-        bad = [n for n in labels if not _LABEL.match(n)]
+        bad = [n for n in labels if not _LABEL.fullmatch(n)]
         if bad:
             raise ValueError(f"label names {bad} must be letters, digits, _ or - (at most 40)")
         # Judges match answers to labels case-insensitively (``fold``), so "Yes" and "yes"

@@ -23,7 +23,8 @@ from evalstream.judges.scoring import normalise
 
 __all__ = ["LabelEvaluator", "Sentiment", "Topic", "label_score", "reject_repeats"]
 
-_NAME = r"^[a-z0-9][a-z0-9_-]{0,39}$"
+# Matched whole (``fullmatch``): ``$`` also matches before a final newline.
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 
 
 def reject_repeats(values: Sequence[str], what: str) -> None:
@@ -106,7 +107,7 @@ class TopicParams(TextParams):
     @classmethod
     def _names(cls, topics: dict[str, str]) -> dict[str, str]:
         for name in topics:
-            if not re.match(_NAME, name) or name == "other":
+            if not _NAME.fullmatch(name) or name == "other":
                 raise ValueError(f"topic name {name!r} must be lower-case letters, digits, _ or -"
                                  " (at most 40), and not 'other'")
         return topics
