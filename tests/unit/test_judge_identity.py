@@ -61,8 +61,9 @@ NOT_SCORING: dict[str, Any] = {
     "query": {"api-version": "2024-06-01"},
     # auto and always score a reply alike (always: an error where auto asks for JSON).
     "logprobs": "always",
-    # These two only decide between a score and an error, never between two scores.
+    # These only decide between a score and an error, never between two scores.
     "on_missing_options": "json",
+    "min_option_mass": 0.9,
     "json_max_tokens": 64,
     "timeout_s": 5.0,
     "max_concurrency": 2,

@@ -188,6 +188,20 @@ def test_missing_logprobs_detected(body: object) -> None:
         first_token_distribution(body)
 
 
+
+def test_options_carrying_too_little_mass_are_not_read_as_a_verdict() -> None:
+    """A reply that begins with something else leaves a residue on the options:
+    renormalised, 2% and 1% read as a 67% "yes"."""
+    dist = {"Verdict": 0.97, "yes": 0.02, "no": 0.01}
+    with pytest.raises(OptionsNotFoundError, match=r"carry only 3\.0% .*min_option_mass 0\.5"):
+        option_probabilities(dist, ("yes", "no"), min_mass=0.5)
+    # At or above the floor the options are renormalised as before.
+    assert option_probabilities({"yes": 0.45, "no": 0.05, "The": 0.5}, ("yes", "no"),
+                                min_mass=0.5) == pytest.approx({"yes": 0.9, "no": 0.1})
+    assert option_probabilities(dist, ("yes", "no")) == pytest.approx(
+        {"yes": 2 / 3, "no": 1 / 3})
+
+
 # --- strict JSON answers -------------------------------------------------------------
 
 

@@ -125,6 +125,11 @@ class OpenAIJudgeConfig(Section):
     #: When none of the answer options is among the top tokens: fail the evaluation with a
     #: clear error ("error"), or ask again for a strict JSON answer ("json").
     on_missing_options: Literal["error", "json"] = "error"
+    #: The least probability the answer options must carry together in the first token's
+    #: top tokens; below it the answer counts as "no option found" (``on_missing_options``)
+    #: rather than reading a verdict from what is left when the judge meant to say
+    #: something else (an echo of the content, a preamble).
+    min_option_mass: float = Field(default=0.5, ge=0.0, le=1.0)
     #: Token budget of a JSON answer (``{"output": "..."}``) when logprobs are unavailable.
     json_max_tokens: int = Field(default=16, ge=4, le=256)
     #: The most one HTTP attempt may take, from connecting to the response's last byte
@@ -297,7 +302,9 @@ def _openai_identity(config: OpenAIJudgeConfig) -> dict[str, Any]:
     answer is. Likewise out of it, since they only decide between a score and an error
     for the same event, never between two scores (an error result has the score's id,
     so a retry with them replaces the error): ``on_missing_options`` (an error or a
-    JSON answer when no option is among the top tokens) and ``json_max_tokens`` (a
+    JSON answer when no option is among the top tokens), ``min_option_mass`` (when the
+    options carry too little of the first token to count as found) and
+    ``json_max_tokens`` (a
     greedy, temperature-0 answer is the same text whatever the budget; a budget too
     small cuts it, and a cut answer is no valid JSON). The rest is transport and economy:
     endpoint, credentials, headers, timeouts, retries, limits, prices, spend cap, cache.

@@ -185,13 +185,21 @@ def first_token_distribution(body: Any) -> dict[str, float]:
     raise MissingLogprobsError("choices[0].logprobs has no top_logprobs")
 
 
-def option_probabilities(distribution: Mapping[str, float],
-                         options: Sequence[str]) -> dict[str, float]:
+def option_probabilities(distribution: Mapping[str, float], options: Sequence[str], *,
+                         min_mass: float = 0.0) -> dict[str, float]:
     """Sum the mass of tokens folding to each option and renormalise over the options.
 
+    Args:
+        distribution: The first generated token's top tokens and their probabilities.
+        options: The answer options.
+        min_mass: The least probability the options must carry together. Renormalised,
+            a residue reads as a verdict: a model that begins its reply with something
+            else ("Verdict", "{", an echo of the content it was told to ignore) at 0.97
+            with "yes" at 0.02 and "no" at 0.01 would score a confident-looking 0.67.
+
     Raises:
-        OptionsNotFoundError: none of the options is among the top tokens (never a silent
-            default).
+        OptionsNotFoundError: none of the options is among the top tokens, or they carry
+            less than ``min_mass`` (never a silent default).
     """
     folded = {fold(o): o for o in options}
     mass = dict.fromkeys(options, 0.0)
@@ -201,10 +209,12 @@ def option_probabilities(distribution: Mapping[str, float],
         if option is not None and 0.0 < prob < math.inf:
             mass[option] += prob
     total = sum(mass.values())
-    if total <= 0.0:
+    if total <= 0.0 or total < min_mass:
         top = sorted(distribution.items(), key=lambda kv: -kv[1])[:5]
         shown = ", ".join(f"{t[:12]!r}" for t, _ in top)
-        raise OptionsNotFoundError(
-            f"none of the answer options {list(options)} is among the judge's top tokens "
-            f"(top: {shown})", retryable=False)
+        found = (f"none of the answer options {list(options)} is among the judge's top "
+                 "tokens" if total <= 0.0 else
+                 f"the answer options {list(options)} carry only {total:.1%} of the judge's "
+                 f"first token, below min_option_mass {min_mass:g}")
+        raise OptionsNotFoundError(f"{found} (top: {shown})", retryable=False)
     return {o: m / total for o, m in mass.items()}

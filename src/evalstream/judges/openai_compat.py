@@ -299,7 +299,8 @@ class OpenAIJudge(Judge):
                     # scrubbed first, a key a server echoes as a token never shows.
                     dist = {self._redact(token): p
                             for token, p in first_token_distribution(body).items()}
-                    answer = _Answer(option_probabilities(dist, request.options), usage,
+                    answer = _Answer(option_probabilities(
+                        dist, request.options, min_mass=self.config.min_option_mass), usage,
                                      source="logprobs")
             except MissingLogprobsError as exc:
                 if self.config.logprobs == "always":
