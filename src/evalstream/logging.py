@@ -10,12 +10,14 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Callable, Hashable
+from typing import Generic, Literal, TypeVar
 
 import structlog
 
-__all__ = ["LogLimit", "configure_logging", "get_logger"]
+__all__ = ["LogLimit", "LogLimits", "configure_logging", "get_logger"]
+
+K = TypeVar("K", bound=Hashable)
 
 
 def configure_logging(level: str = "INFO", fmt: Literal["json", "console"] = "json") -> None:
@@ -99,3 +101,30 @@ class LogLimit:
         self._tokens = tokens - 1.0
         suppressed, self._suppressed = self._suppressed, 0
         return suppressed
+
+    def fields(self) -> dict[str, int] | None:
+        """None: leave this line out. Otherwise what the line carries besides its own
+        fields: ``suppressed`` when lines were left out before it, else nothing."""
+        suppressed = self.take()
+        if suppressed is None:
+            return None
+        return {"suppressed": suppressed} if suppressed else {}
+
+
+class LogLimits(Generic[K]):
+    """A :class:`LogLimit` per key (a dead letter's reason, a route and evaluator), made
+    on first use: a flood of one kind must not hide the lines of another. Keys must come
+    from a small fixed set (the config, a closed list of reasons): each holds a limit."""
+
+    __slots__ = ("_clock", "_limits")
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._limits: dict[K, LogLimit] = {}
+
+    def fields(self, key: K) -> dict[str, int] | None:
+        """:meth:`LogLimit.fields` of ``key``'s limit."""
+        limit = self._limits.get(key)
+        if limit is None:
+            limit = self._limits[key] = LogLimit(clock=self._clock)
+        return limit.fields()

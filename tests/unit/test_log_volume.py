@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from evalstream.app.worker import Worker
 from evalstream.events import RawRecord
-from evalstream.logging import LogLimit
+from evalstream.logging import LogLimit, LogLimits
 from evalstream.sinks.memory import MemorySink
 from evalstream.sources.memory import MemorySource
 from tests.support.clock import FakeClock
@@ -87,6 +87,15 @@ def test_log_limit_lets_a_burst_through_then_one_line_per_interval() -> None:
     assert limit.take() is None
     clock.now += 10.0  # quiet: the burst is back, no more than it
     assert [limit.take() for _ in range(4)] == [1, 0, 0, None]
+
+
+def test_log_limits_give_each_key_its_own_burst_and_say_what_was_left_out() -> None:
+    clock = FakeClock(100.0)
+    limits: LogLimits[str] = LogLimits(clock=clock)
+    assert [limits.fields("flood") for _ in range(11)] == [{}] * 10 + [None]
+    assert limits.fields("rare") == {}  # a flood of one key hides no other
+    clock.now += 1.0
+    assert limits.fields("flood") == {"suppressed": 1}
 
 
 class _BrokenObserver:

@@ -22,7 +22,7 @@ from evalstream.app.commits import Committer
 from evalstream.app.offsets import TP, OffsetTracker, PartitionState
 from evalstream.app.outputs import Outputs
 from evalstream.events import Record
-from evalstream.logging import LogLimit, get_logger
+from evalstream.logging import LogLimits, get_logger
 
 __all__ = ["DeadLetters"]
 
@@ -52,20 +52,16 @@ class DeadLetters:
         self._tasks = tasks
         self._dl_slots = asyncio.Semaphore(_DEAD_LETTER_CONCURRENCY)
         #: Per reason (a small fixed set), so a flood of one hides no other.
-        self._log_limits: dict[str, LogLimit] = {}
+        self._log_limits: LogLimits[str] = LogLimits()
 
     async def send(self, record: Record, tp: TP, reason: str, error: str) -> None:
         """Track ``record`` and start publishing it (waiting for a dead-letter slot)."""
-        limit = self._log_limits.get(reason)
-        if limit is None:
-            limit = self._log_limits[reason] = LogLimit()
-        suppressed = limit.take()
-        if suppressed is not None:
+        if (fields := self._log_limits.fields(reason)) is not None:
             with structlog.contextvars.bound_contextvars(
                     topic=record.topic, partition=record.partition, offset=record.offset):
                 log.warning("dead_letter", reason=reason, error=error,
                             size=len(record.value) if record.value is not None else None,
-                            **({"suppressed": suppressed} if suppressed else {}))
+                            **fields)
         state = self._tracker.track(tp, record.offset, 1)
         if state is None:
             return

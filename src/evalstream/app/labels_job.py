@@ -210,11 +210,9 @@ class LabelJoiner:
     async def _invalid_label(self, record: Record, token: Token) -> None:
         # Counted and dead-lettered, never logged with its content (a label may quote it).
         self.metrics.labels_ignored.labels("label", "undecodable").inc()
-        suppressed = self._invalid_logs.take()
-        if suppressed is not None:
+        if (fields := self._invalid_logs.fields()) is not None:
             log.warning("invalid_label", topic=record.topic, partition=record.partition,
-                        offset=record.offset, size=len(record.value or b""),
-                        **({"suppressed": suppressed} if suppressed else {}))
+                        offset=record.offset, size=len(record.value or b""), **fields)
         await self.sink.publish_dead_letter(record, INVALID_LABEL, f"not {LABEL_FORMAT}")
         self.metrics.dead_letters.labels(INVALID_LABEL).inc()
         self._release(token)

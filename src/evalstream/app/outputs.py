@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from evalstream.app.observers import ResultObserver
 from evalstream.events import Alert, EvalResult, Record
-from evalstream.logging import LogLimit, get_logger
+from evalstream.logging import LogLimits, get_logger
 from evalstream.metrics import Metrics
 from evalstream.sinks.base import Sink
 
@@ -36,7 +36,7 @@ class Outputs:
         self._error = metrics.results_published.labels("error").inc
         self._copy_rejected = metrics.otel_results_rejected.inc
         #: An observer bug repeats on every result: a burst of lines, then one a second.
-        self._failure_logs: dict[int, LogLimit] = {}
+        self._failure_logs: LogLimits[int] = LogLimits()
 
     async def result(self, result: EvalResult) -> None:
         """Publish one result, then let the observers see it."""
@@ -48,13 +48,9 @@ class Outputs:
                 observer.observe(result)
             except Exception:  # an observer bug must not cost the result its commit
                 self._metrics.observer_failures.labels(type(observer).__name__).inc()
-                limit = self._failure_logs.get(i)
-                if limit is None:
-                    limit = self._failure_logs[i] = LogLimit()
-                suppressed = limit.take()
-                if suppressed is not None:
+                if (fields := self._failure_logs.fields(i)) is not None:
                     log.exception("observer_failed", observer=type(observer).__name__,
-                                  **({"suppressed": suppressed} if suppressed else {}))
+                                  **fields)
 
     async def dead_letter(self, record: Record, reason: str, error: str) -> None:
         """Publish the original message with the reason."""

@@ -40,7 +40,7 @@ from evalstream.errors import JudgeError, SkipEvaluation
 from evalstream.evaluators.base import Evaluator
 from evalstream.events import CANARY_ATTRIBUTE, EvalResult, JudgeInfo, TraceEvent
 from evalstream.judges.base import Judge, judge_info_of
-from evalstream.logging import LogLimit, get_logger
+from evalstream.logging import LogLimits, get_logger
 from evalstream.metrics import Metrics
 from evalstream.routing import Router
 from evalstream.sampling import Sampler
@@ -87,7 +87,7 @@ class Pipeline:
         self._log_content = settings.logging.log_content
         #: Per (route, evaluator): an evaluator failing on every event (a plugin bug, a
         #: shape of event it cannot take) must not log a line per event.
-        self._failure_logs: dict[tuple[str, str], LogLimit] = {}
+        self._failure_logs: LogLimits[tuple[str, str]] = LogLimits()
         self._canaries = settings.canaries.enabled
         self._calibration = Calibration(metrics)
         self._canary = CanaryPlanner(self._router, self._routes, self._calibration,
@@ -219,18 +219,11 @@ class Pipeline:
             raise
         except Exception as exc:  # an evaluator bug must not stop the worker
             # The message and the trace only when opted in: either may hold user data.
-            limit = self._failure_logs.get((bound.route, bound.label))
-            if limit is None:
-                limit = self._failure_logs[(bound.route, bound.label)] = LogLimit()
-            suppressed = limit.take()
-            if suppressed is not None:
-                content: dict[str, object] = (
-                    {"error": str(exc), "input": event.input, "output": event.output}
-                    if self._log_content else {})
-                if suppressed:
-                    content["suppressed"] = suppressed
+            if (limited := self._failure_logs.fields((bound.route, bound.label))) is not None:
+                content = ({"error": str(exc), "input": event.input, "output": event.output}
+                           if self._log_content else {})
                 log.warning("evaluator_failed", route=bound.route, evaluator=bound.label,
-                            error_type=type(exc).__name__, **content)
+                            error_type=type(exc).__name__, **content, **limited)
             return self.failed(event, planned, f"{type(exc).__name__}: {exc}")
         finally:
             bound.seconds(time.perf_counter() - started)

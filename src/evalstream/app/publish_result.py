@@ -84,15 +84,13 @@ class ResultPublisher:
                 as when a bug kept the evaluation from giving one).
         """
         if isinstance(exc, OutputRejectedError):
-            if (suppressed := self._rejected_logs.take()) is not None:
-                log.warning("result_rejected", error=str(exc),
-                            **({"suppressed": suppressed} if suppressed else {}))
+            if (fields := self._rejected_logs.fields()) is not None:
+                log.warning("result_rejected", error=str(exc), **fields)
             why = f"result rejected: {exc}"
         else:
             # A bug: named by its type only, as its message may quote the event.
-            if (suppressed := self._crashed_logs.take()) is not None:
-                log.error("evaluation_crashed", error_type=type(exc).__name__,
-                          **({"suppressed": suppressed} if suppressed else {}))
+            if (fields := self._crashed_logs.fields()) is not None:
+                log.error("evaluation_crashed", error_type=type(exc).__name__, **fields)
             why = f"internal error: {type(exc).__name__}"
         try:
             failed = self._pipeline.failed(event, planned, why, judge)
