@@ -784,6 +784,25 @@ def test_gold_labels_are_read_as_the_evaluator_reads_them(
     assert "3 gold labels were not compared" in captured.err
 
 
+def test_a_label_evaluator_s_gold_outside_its_classes_is_not_compared(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A class the evaluator does not have (a case slip, a typo) counted as a disagreement,
+    # lowering accuracy with a Brier score above 1, while the warning said a label
+    # evaluator's gold must be one of its classes; join-labels refuses it (invalid_gold).
+    write(tmp_path / "data.jsonl", [
+        evaldata(1, "sentiment", "positive", input="I love it, thank you so much!"),
+        evaldata(2, "sentiment", "Positive", input="I love it, thank you so much!"),
+    ])
+    args = parse("--input", tmp_path / "data.jsonl", "--json", "--no-progress")
+    assert offline.main(args) == 0
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)
+    [sentiment] = [e for e in document["evaluators"] if e["evaluator"] == "sentiment"]
+    assert sentiment["gold"]["n"] == 1
+    assert document["invalid_gold"] == 1
+    assert "1 gold labels were not compared" in captured.err
+
+
 def test_ctrl_c_stops_with_a_message_and_keeps_the_results_written(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:

@@ -165,7 +165,7 @@ async def run(settings: Settings, items: Sequence[Item], *, topic: str, concurre
                     if result.canary:
                         gold = _canary_gold(result, is_label=label_kinds[key])
                     elif item.gold is not None and kinds.get(key) == item.dataset:
-                        gold = _item_gold(item.gold, is_label=label_kinds[key])
+                        gold = _item_gold(item.gold, result, is_label=label_kinds[key])
                         summary.invalid_gold += gold is None
                     else:
                         gold = None
@@ -203,13 +203,16 @@ def _canary_gold(result: EvalResult, *, is_label: bool) -> bool | str | None:
     return None if result.gold is None else parse_gold(result.gold, is_label=is_label).value
 
 
-def _item_gold(gold: bool | str, *, is_label: bool) -> bool | str | None:
+def _item_gold(gold: bool | str, result: EvalResult, *, is_label: bool) -> bool | str | None:
     """An item's gold label as the evaluator is compared with it, or None when it cannot
     be: a binary evaluator's is ``true``/``false`` (a JSON boolean, or that text in any
-    case, as a canary's gold answer), a label evaluator's a class name."""
+    case, as a canary's gold answer), a label evaluator's one of its classes (``result``'s
+    probabilities cover them all, as join-labels reads them; an error result has none, so
+    any class name is kept for it)."""
     if isinstance(gold, bool):
         return None if is_label else gold
-    return parse_gold(gold, is_label=is_label).value
+    labels = tuple(result.probabilities) if is_label else ()
+    return parse_gold(gold, is_label=is_label, labels=labels).value
 
 
 def _total(counter: prometheus_client.Counter) -> float:
