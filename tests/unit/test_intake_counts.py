@@ -13,6 +13,7 @@ import asyncio
 from prometheus_client import CollectorRegistry
 
 from evalstream.app.worker import Worker
+from evalstream.events import RawRecord
 from evalstream.sinks.memory import MemorySink
 from evalstream.sources.memory import MemorySource
 from tests.unit.pipeline_doubles import JUDGES, raw, settings
@@ -29,8 +30,9 @@ async def _until(predicate: object, timeout: float = 10.0) -> None:
             await asyncio.sleep(0.01)
 
 
-async def test_decoded_events_are_counted_while_the_batch_waits_for_a_slot() -> None:
-    records = [raw(0, "sleep:30"), raw(1), raw(2)]
+async def _started(records: list[RawRecord]) -> tuple[Worker, MemorySource, MemorySink,
+                                                      asyncio.Task[int]]:
+    """A worker with one evaluation slot on ``records``, running and ready."""
     source, sink = MemorySource(records), MemorySink()
     worker = Worker(settings(worker={"max_in_flight": 1, "shutdown_timeout_s": 0.2,
                                      "commit_interval_s": 0.05}),
@@ -38,6 +40,11 @@ async def test_decoded_events_are_counted_while_the_batch_waits_for_a_slot() -> 
     ready = asyncio.Event()
     task = asyncio.create_task(worker.run(ready))
     await asyncio.wait_for(ready.wait(), 5)
+    return worker, source, sink, task
+
+
+async def test_decoded_events_are_counted_while_the_batch_waits_for_a_slot() -> None:
+    worker, _, _, task = await _started([raw(0, "sleep:30"), raw(1), raw(2)])
     try:
         await _until(lambda: worker.in_flight == 1 and worker.slots.paused)
         # Intake waits in the middle of the batch with two events decoded: they count
@@ -51,14 +58,8 @@ async def test_decoded_events_are_counted_while_the_batch_waits_for_a_slot() -> 
 async def test_a_stop_mid_batch_keeps_the_counts_of_what_was_handled() -> None:
     # Partition 0 is handled (result published, committed); partition 1 waits for a slot
     # behind a slow evaluation when the stop comes.
-    records = [raw(0, partition=0), raw(1, "sleep:30", partition=1), raw(2, partition=1)]
-    source, sink = MemorySource(records), MemorySink()
-    worker = Worker(settings(worker={"max_in_flight": 1, "shutdown_timeout_s": 0.2,
-                                     "commit_interval_s": 0.05}),
-                    registry=CollectorRegistry(), judges=JUDGES, source=source, sink=sink)
-    ready = asyncio.Event()
-    task = asyncio.create_task(worker.run(ready))
-    await asyncio.wait_for(ready.wait(), 5)
+    worker, source, sink, task = await _started(
+        [raw(0, partition=0), raw(1, "sleep:30", partition=1), raw(2, partition=1)])
     await _until(lambda: len(sink.results) == 1 and worker.in_flight == 1)
     worker.request_stop()
     await asyncio.wait_for(task, 15)
