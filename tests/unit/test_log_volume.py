@@ -162,3 +162,55 @@ async def test_an_observer_whose_run_fails_is_counted() -> None:
     worker = Worker(settings(), registry=CollectorRegistry(), judges=JUDGES, source=source,
                     sink=sink, observers=(_CrashingRun(),))
     await _run_until(worker, lambda: _failures(worker, "_CrashingRun") >= 1)
+
+
+async def test_a_flood_of_otel_copies_refused_logs_a_bounded_number_of_lines() -> None:
+    # A cause that refuses OTel copies (a size limit, a topic policy) refuses every one
+    # until fixed: one error line per result, at the result rate.
+    from aiokafka.errors import MessageSizeTooLargeError
+
+    from tests.unit.test_otel_results import _kafka_sink, _Producer, _result
+
+    sink = _kafka_sink(_Producer(fail={"otel": MessageSizeTooLargeError()}),
+                       otel_results="otel")
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(_FLOOD // 4):
+            assert await sink.publish_result(_result()) is False  # each still given up
+    lines = _lines(logs, "otel_result_rejected")
+    assert 1 <= len(lines) <= 20, len(lines)
+
+
+class _SizeLimitedProducer:
+    """Acknowledges records up to ``limit`` bytes, refuses larger ones as the broker does."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.sent: list[bytes] = []
+
+    async def send(self, topic: str, *, value: bytes, key: bytes | None,
+                   headers: Any) -> asyncio.Future[None]:
+        from aiokafka.errors import MessageSizeTooLargeError
+
+        ack: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if len(value) > self.limit:
+            ack.set_exception(MessageSizeTooLargeError())
+        else:
+            self.sent.append(value)
+            ack.set_result(None)
+        return ack
+
+
+async def test_a_flood_of_dead_letters_too_large_logs_a_bounded_number_of_lines() -> None:
+    # Each dead_letter line is limited; the truncation line beside it was not, so a flood
+    # of oversized bad messages still logged one line per message.
+    from tests.unit.test_otel_results import _kafka_sink
+
+    producer = _SizeLimitedProducer(limit=100)
+    sink = _kafka_sink(producer)  # type: ignore[arg-type]
+    with structlog.testing.capture_logs() as logs:
+        for i in range(_FLOOD // 4):
+            await sink.publish_dead_letter(RawRecord("traces", 0, i, b"x" * 1000),
+                                           "invalid_json", "not JSON")
+    assert producer.sent == [b""] * (_FLOOD // 4)  # each published, without its value
+    lines = _lines(logs, "dead_letter_truncated")
+    assert 1 <= len(lines) <= 20, len(lines)

@@ -31,7 +31,7 @@ from evalstream.config import KafkaSettings, TopicSettings
 from evalstream.config.kafka import build_client
 from evalstream.errors import OutputRejectedError, OutputTopicMissingError, SinkError
 from evalstream.events import Alert, EvalResult, Record, dump_json
-from evalstream.logging import get_logger
+from evalstream.logging import LogLimit, get_logger
 from evalstream.sinks.headers import DLQ_TRUNCATED, dead_letter_headers, result_headers
 from evalstream.sinks.otel_results import otel_result
 
@@ -110,6 +110,12 @@ class KafkaSink:
         self._result_headers: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
         #: When publishing started failing with retriable errors (None: it works).
         self._outage_since: float | None = None
+        #: Both repeat per record while their cause lasts (a size limit, a topic policy),
+        #: at the message rate: a burst of lines each, then one a second. Each copy given
+        #: up is counted (evalstream_otel_results_rejected_total), each truncated dead
+        #: letter carries the truncated_size header.
+        self._otel_rejected_logs = LogLimit()
+        self._truncated_logs = LogLimit()
         #: The OTel copy's scope version (evalstream's), looked up once and only when on.
         self._version = ""
         if topics.otel_results:
@@ -287,8 +293,9 @@ class KafkaSink:
             # The result itself is durable. Raising would have the worker publish an error
             # result in its place: a second result under the same result_id. The copy is
             # the one given up (it can never be written), and said.
-            log.error("otel_result_rejected", output_topic=topics.otel_results,
-                      result_id=result.result_id, error=str(exc))
+            if (fields := self._otel_rejected_logs.fields()) is not None:
+                log.error("otel_result_rejected", output_topic=topics.otel_results,
+                          result_id=result.result_id, error=str(exc), **fields)
             return False
         return True
 
@@ -305,7 +312,8 @@ class KafkaSink:
             try:
                 await self._deliver(topic, value, record.key, headers)
             except MessageSizeTooLargeError:
-                log.warning("dead_letter_truncated", size=len(value))
+                if (fields := self._truncated_logs.fields()) is not None:
+                    log.warning("dead_letter_truncated", size=len(value), **fields)
                 # The message's own headers and key can be as large as its value: the
                 # stand-in keeps only ours (and a short key), so it fits whatever the
                 # message held. Refused too, it would stop the worker on every restart.
