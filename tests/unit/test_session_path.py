@@ -210,13 +210,19 @@ async def test_a_window_that_cannot_be_merged_is_still_evaluated_and_committed(
         raise RuntimeError("merge bug")
 
     monkeypatch.setattr(sessions_module, "merge_events", broken)
-    source = MemorySource([record(0, 0, "a"), record(0, 1, "a")])
+    # 40 sessions of two: the merge fails on every one, logged as a burst, not 40 lines.
+    records = [record(0, i, f"s{i // 2}") for i in range(80)]
+    source = MemorySource(records)
     sink = MemorySink()
-    await run_until(worker(source, sink, gap_s=0.2), lambda: source.committed.get(TP0) == 2,
-                    "both members committed")
-    (result,) = sink.results
-    assert result.event_id == "a-1"
+    with structlog.testing.capture_logs() as logs:
+        await run_until(worker(source, sink, gap_s=0.2),
+                        lambda: source.committed.get(TP0) == 80, "every member committed")
+    assert len(sink.results) == 40
+    result = next(r for r in sink.results if r.session_id == "s0")
+    assert result.event_id == "s0-1"
     assert result.details["session"] == {"closed": "gap", "merge_failed": True}
+    failed = [e for e in logs if e["event"] == "session_merge_failed"]
+    assert 1 <= len(failed) <= 10
 
 
 def test_without_session_routes_there_is_no_session_path() -> None:

@@ -43,7 +43,7 @@ from evalstream.config import Settings
 from evalstream.errors import SinkError
 from evalstream.events import Record, TraceEvent
 from evalstream.judges.waits import WAIT_SCOPE
-from evalstream.logging import get_logger
+from evalstream.logging import LogLimits, get_logger
 from evalstream.metrics import Metrics
 
 __all__ = ["SessionPath"]
@@ -94,6 +94,8 @@ class SessionPath:
                 lambda route=route: store.open_count(route))  # type: ignore[misc]
         #: Closed windows' evaluations under way (the message path drains them too).
         self.tasks: set[asyncio.Task[None]] = set()
+        #: ``session_merge_failed`` per route: a merge bug repeats on every session.
+        self._merge_logs: LogLimits[str] = LogLimits()
 
     @classmethod
     def build(cls, settings: Settings, metrics: Metrics, *, pipeline: Pipeline,
@@ -208,7 +210,8 @@ class SessionPath:
             event = closed.event()
             extra = {"session": closed.details()}
         except Exception as exc:  # a bug here must not hold the members' offsets forever
-            log.error("session_merge_failed", error_type=type(exc).__name__)
+            if (limited := self._merge_logs.fields(closed.window.route)) is not None:
+                log.error("session_merge_failed", error_type=type(exc).__name__, **limited)
             event = closed.members[-1].event
             extra = {"session": {"closed": closed.reason, "merge_failed": True}}
         # So a revoke can cancel this session's waits at a judge's spend cap (the tasks
