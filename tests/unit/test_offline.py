@@ -856,3 +856,29 @@ def test_an_output_that_is_also_an_input_is_refused(
     assert offline.main(args) == 2
     assert f"--output {data} is also an --input file" in capsys.readouterr().err
     assert data.read_bytes() == before
+
+
+def test_output_dash_writes_the_results_to_stdout_and_the_summary_to_stderr(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # `-o -` made a file named "-" (in the working directory); a pipe to jq wants the
+    # results on stdout.
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "data.jsonl", [evaldata(1, "refusal", True, output="Sure, here it is."),
+                                    evaldata(2, "refusal", False, output="I can't help.")])
+    args = parse("--input", tmp_path / "data.jsonl", "--output", "-", "--no-progress")
+    assert offline.main(args) == 0
+    captured = capsys.readouterr()
+    results = [json.loads(line) for line in captured.out.splitlines()]
+    assert len(results) == 2
+    assert {r["evaluator"] for r in results} == {"refusal"}
+    assert "refusal" in captured.err  # the table
+    assert not (tmp_path / "-").exists()
+
+
+def test_output_and_json_both_on_stdout_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(tmp_path / "data.jsonl", [evaldata(1, "refusal", True, output="ok")])
+    args = parse("--input", tmp_path / "data.jsonl", "--output", "-", "--json")
+    assert offline.main(args) == 2
+    assert "--output - and --json on stdout" in capsys.readouterr().err

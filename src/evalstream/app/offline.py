@@ -99,7 +99,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="JSONL file or glob (repeatable), gzipped or not; '-' reads "
                              "stdin: TraceEvents or evaldata items")
     parser.add_argument("--output", "-o", type=Path, default=None,
-                        help="write every EvalResult as JSONL here")
+                        help="write every EvalResult as JSONL here; '-' on stdout (the "
+                             "summary table then goes to stderr)")
     parser.add_argument("--judge", default=None,
                         help="use this judge (by name) for every evaluator")
     parser.add_argument("--topic", default=None,
@@ -280,6 +281,10 @@ def main(args: argparse.Namespace) -> int:
         routed = routed_input(config, args.topic)
         carry = (attributes_read(config, declared_params(config))[routed.topic]
                  if config and routed else ())
+        to_stdout = args.output is not None and str(args.output) == STDIN
+        if to_stdout and args.json == STDIN:
+            # Both on stdout, results and summary would interleave into neither format.
+            raise ConfigError("--output - and --json on stdout: give one of them a PATH")
         paths = input_paths(args.input)
         _refuse_overwriting_an_input(paths, args)
         items = list(read_items(paths, None if args.strict else bad_lines, routed, carry))
@@ -295,7 +300,10 @@ def main(args: argparse.Namespace) -> int:
             settings = without_sampling(settings)
         topic = args.topic or settings.inputs[0].topic
         with ExitStack() as stack:
-            sink = stack.enter_context(args.output.open("wb")) if args.output else None
+            # '-': stdout's own buffer, flushed per result and left open (a created file
+            # named "-" was the surprise before).
+            sink = (sys.stdout.buffer if to_stdout else
+                    stack.enter_context(args.output.open("wb")) if args.output else None)
             # Opened before the run: a path that cannot be written fails now (exit 2), not
             # in a traceback after a run the judges were paid for.
             markdown = (stack.enter_context(args.markdown.open("w", encoding="utf-8"))
@@ -325,7 +333,8 @@ def main(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         # Ctrl-C: no summary (a partial one would read as the file's); the judges and the
         # output file were closed on the way out, so what was scored is in it, whole lines.
-        kept = f"; the results scored so far are in {args.output}" if sink is not None else ""
+        kept = (f"; the results scored so far are in {args.output}"
+                if sink is not None and sink is not sys.stdout.buffer else "")
         console.print(f"evalstream eval: interrupted, no summary{escape(kept)}",
                       highlight=False, soft_wrap=True)
         return EXIT_INTERRUPTED
@@ -334,8 +343,9 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write(document + "\n")
     else:
         # A line of its own: as the table's title it wrapped to the table's width, word by
-        # word when there is one narrow column (no results).
-        out = Console(width=200)
+        # word when there is one narrow column (no results). On stderr when stdout carries
+        # the results (--output -), so that they stay JSONL.
+        out = Console(width=200, stderr=to_stdout)
         out.print(_headline(summary), highlight=False)
         out.print(_table(summary))
         out.print(summary.spend_line(), highlight=False)
