@@ -129,10 +129,9 @@ def test_demo_fires_and_resolves_an_alert_and_stops_cleanly_on_sigint(tmp_path: 
     assert not _port_open(broker_port)
 
 
-def test_a_second_ctrl_c_takes_the_embedded_broker_down_too(tmp_path: Path) -> None:
-    # The broker runs in its own session (a terminal's Ctrl-C reaches the demo only), so
-    # a forced exit that skipped stopping it left a Tansu process and its temporary
-    # directory behind after every double Ctrl-C.
+def _demo_running(tmp_path: Path) -> tuple[subprocess.Popen[str], int]:
+    """A plain demo with its temporary files under ``tmp_path``, once its traffic runs:
+    the process (its stdout pumped on a thread) and its broker's port."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVALSTREAM_")}
     env["TMPDIR"] = str(tmp_path)
     proc = subprocess.Popen(
@@ -143,6 +142,19 @@ def test_a_second_ctrl_c_takes_the_embedded_broker_down_too(tmp_path: Path) -> N
         out = _Lines(proc.stdout)
         broker_port = int(out.wait_for(r"broker \(Tansu\) at 127\.0\.0\.1:(\d+)", 30).group(1))
         out.wait_for(r"phase=baseline", 30)
+    except BaseException:
+        proc.kill()
+        proc.wait(10)
+        raise
+    return proc, broker_port
+
+
+def test_a_second_ctrl_c_takes_the_embedded_broker_down_too(tmp_path: Path) -> None:
+    # The broker runs in its own session (a terminal's Ctrl-C reaches the demo only), so
+    # a forced exit that skipped stopping it left a Tansu process and its temporary
+    # directory behind after every double Ctrl-C.
+    proc, broker_port = _demo_running(tmp_path)
+    try:
         assert list(tmp_path.glob("evalstream-broker-*")), "the broker's temporary directory"
         proc.send_signal(signal.SIGINT)
         time.sleep(0.3)  # two signals at once are one to Python
@@ -190,16 +202,8 @@ def test_the_demo_stops_cleanly_when_its_reader_goes_away(tmp_path: Path) -> Non
 def test_a_closed_terminal_stops_the_demo_and_its_broker(tmp_path: Path) -> None:
     # Closing the terminal sends SIGHUP, whose default ended the demo at once: the broker,
     # in a session of its own, ran on with its temporary directory.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALSTREAM_")}
-    env["TMPDIR"] = str(tmp_path)
-    proc = subprocess.Popen(
-        [str(EVALSTREAM), "demo", "--interval", "1", "--port", "0", "--plain"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=tmp_path,
-    )
+    proc, broker_port = _demo_running(tmp_path)
     try:
-        out = _Lines(proc.stdout)
-        broker_port = int(out.wait_for(r"broker \(Tansu\) at 127\.0\.0\.1:(\d+)", 30).group(1))
-        out.wait_for(r"phase=baseline", 30)
         proc.send_signal(signal.SIGHUP)
         assert proc.wait(timeout=30) == 0
     finally:
