@@ -498,9 +498,14 @@ async def test_the_pass_rate_weights_strata_sampled_at_different_rates(tmp_path:
     rate, bounds = summary.by_key[("all", "refusal")].row()["pass rate (95% CI)"].split(" ", 1)
     assert float(rate) == pytest.approx(weighted, abs=1e-3)
     assert float(rate) != pytest.approx(len(halves) / len(results), abs=1e-3)
-    # The interval is on the effective sample size (Kish), below the results' count.
-    n_eff = (40 + 2 * len(halves)) ** 2 / (40 + 4 * len(halves))
-    low, high = wilson_interval(weighted, n_eff)
+    # The interval is on the smaller of Kish's effective sample size and the linearised
+    # one, p(1 - p) / (sum w^2 (y - p)^2 / W^2): passes weigh 2, failures 1.
+    k, w = len(halves), 40 + 2 * len(halves)
+    kish = w ** 2 / (40 + 4 * k)
+    linearised = weighted * (1 - weighted) / ((4 * k * (1 - weighted) ** 2
+                                               + 40 * weighted ** 2) / w ** 2)
+    assert linearised < kish < len(results)  # here the linearised one is the smaller
+    low, high = wilson_interval(weighted, min(kish, linearised))
     assert bounds == f"[{low:.3f}, {high:.3f}]"
 
 

@@ -111,12 +111,14 @@ class EvaluatorSummary:
     graded: int = 0
     scored: int = 0
     #: The graded results weighted by 1/sample_rate (sum of weights, of squared weights,
-    #: of passing weights), and the scored ones (weights, weighted scores): a route's
-    #: ``strata`` mix results sampled at different rates in one (route, evaluator), and
-    #: the share of the results alone over-represents the strata sampled most.
+    #: of passing weights and their squares), and the scored ones (weights, weighted
+    #: scores): a route's ``strata`` mix results sampled at different rates in one (route,
+    #: evaluator), and the share of the results alone over-represents the strata sampled
+    #: most.
     weight: float = 0.0
     weight2: float = 0.0
     weight_passed: float = 0.0
+    weight2_passed: float = 0.0
     score_weight: float = 0.0
     score_weighted: float = 0.0
     #: Per gold-labelled item: gold and predicted label, Brier term, confidence in the
@@ -159,7 +161,9 @@ class EvaluatorSummary:
             self.graded += 1
             self.weight += weight
             self.weight2 += weight * weight
-            self.weight_passed += weight * result.passed
+            if result.passed:
+                self.weight_passed += weight
+                self.weight2_passed += weight * weight
         if result.score is not None:
             self.scored += 1
             self.score_weight += weight
@@ -181,10 +185,11 @@ class EvaluatorSummary:
         pass_rate = None
         if self.graded:
             # Weighted as the worker's live pass rates (drift/stats.py): unbiased over
-            # strata sampled at different rates, the interval on Kish's effective sample
-            # size. With one rate, the plain share over ``graded`` results.
+            # strata sampled at different rates, the interval on the smaller of Kish's and
+            # the linearised effective sample size (``interval_n``). With one rate, the
+            # plain share over ``graded`` results.
             pass_rate = PassRate(*weighted_share(self.weight_passed, self.weight,
-                                                 self.weight2))
+                                                 self.weight2_passed, self.weight2))
         mean_score = self.score_weighted / self.score_weight if self.scored else None
         gold = None
         if self.gold:
