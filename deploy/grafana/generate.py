@@ -93,9 +93,10 @@ def build() -> dict[str, object]:
     board = board.with_panel(_ts(
         "Pass rate, all replicas (5m) with 95% Wilson interval",
         "Weighted by 1/sample_rate, summed over every replica (recording rules). The band is "
-        "the 95% Wilson interval from the effective number of evaluations in the window, "
-        "(sum w)^2 / sum w^2: the count itself at one sample rate, fewer where strata mix "
-        "rates (the panel 'Evaluations in window, all replicas').",
+        "the 95% Wilson interval from the effective number of evaluations in the window: "
+        "the count itself at one sample rate, fewer where strata mix rates (at most Kish's "
+        "(sum w)^2 / sum w^2 of the panel 'Evaluations in window, all replicas'; less where "
+        "a rarely sampled stratum's pass rate differs from the rest).",
         "percentunit",
         _q(f"route_evaluator:evalstream_pass_rate:ratio_rate5m{{{SEL}}}",
            "{{route}} / {{evaluator}}", "A"),
@@ -125,10 +126,11 @@ def build() -> dict[str, object]:
            "{{route}} / {{evaluator}} {{window}} {{instance}}")))
     board = board.with_panel(_ts(
         "Evaluations in window, all replicas (5m): effective and counted",
-        "What the pass-rate band and the alerts' minimum-n guards use: the effective sample "
-        "size (sum w)^2 / sum w^2 of the weighted pass rate, beside the evaluations counted. "
+        "What the alerts' minimum-n guards use: Kish's effective sample size "
+        "(sum w)^2 / sum w^2 of the weighted pass rate, beside the evaluations counted. "
         "Equal at one sample rate; where a route's strata mix rates, a few heavily weighted "
-        "(rarely sampled) results count for less.",
+        "(rarely sampled) results count for less. The pass-rate band uses at most this "
+        "(interval_n5m: less where a rarely sampled stratum's pass rate differs).",
         "short",
         _q(f"route_evaluator:evalstream_evaluations:effective_n5m{{{SEL}}}",
            "effective {{route}} / {{evaluator}}", "A"),

@@ -134,8 +134,23 @@ BREAKAGES: list[tuple[str, str, str, tuple[str, ...]]] = [
     # size (sum w)^2 / sum w^2 and the weighted label share.
     # Wilson bounds from the raw count: too narrow on a series mixing sample rates, so a
     # dip the effective sample cannot resolve fires EvalstreamPassRateDrop.
-    ("pass-rate-bounds", "/ route_evaluator:evalstream_evaluations:effective_n5m",
+    ("pass-rate-bounds", "/ route_evaluator:evalstream_pass_rate:interval_n5m",
      "/ route_evaluator:evalstream_evaluations:increase5m", ("mixed-rate-no-drop",)),
+    # Bounds on Kish's n alone: too narrow where a rarely sampled stratum's pass rate
+    # differs from the rest (the figures change).
+    ("interval-n-linearised", "/ route_evaluator:evalstream_pass_rate:interval_n5m",
+     "/ route_evaluator:evalstream_evaluations:effective_n5m",
+     ("mixed-rate-interval-n", "mixed-rate-no-drop")),
+    # The linearised n alone: a rare stratum's few results, all failing, read as certain
+    # (71.6 where Kish's n is 5.7).
+    ("interval-n-min", "            < route_evaluator:evalstream_evaluations:effective_n5m\n",
+     "            > 0\n", ("few-heavy-weights",)),
+    # Without Kish's n to fall back on, no bounds at a pass rate of 1 (no failed weight)
+    # nor from a worker without squared weights, so no EvalstreamPassRateDrop from it.
+    ("interval-n-fallback", "          or route_evaluator:evalstream_evaluations:effective_n5m\n"
+     "      - record: route_evaluator:evalstream_pass_rate:ratio_rate5m\n",
+     "      - record: route_evaluator:evalstream_pass_rate:ratio_rate5m\n",
+     ("mixed-rate-interval-n", "pass-rate-drop")),
     # The minimum-n guard on the raw count: 40 results, 5.7 effective, fire.
     ("pass-rate-guard", "and route_evaluator:evalstream_evaluations:effective_n5m >= 30",
      "and route_evaluator:evalstream_evaluations:increase5m >= 30", ("few-heavy-weights",)),
