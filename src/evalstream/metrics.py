@@ -87,9 +87,10 @@ class Metrics:
             "evalstream_evaluations_weighted_total",
             "Evaluations by outcome weighted by 1/sample_rate (unbiased pass rates).",
             ["route", "evaluator", "outcome"], registry=r)
-        # Sums of squared weights: with the weighted sums, Kish's effective sample size
-        # (sum w)^2 / sum w^2, so Wilson bounds over a series mixing sample rates (route
-        # strata) are not too narrow. For one rate it equals the unweighted count.
+        # Sums of squared weights, per outcome: with the weighted sums, Kish's effective
+        # sample size (sum w)^2 / sum w^2 (the rules' minimum-n guards) and the linearised
+        # one (their Wilson bounds take the smaller), so bounds over a series mixing sample
+        # rates (route strata) are not too narrow. For one rate both equal the count.
         self.evaluations_weight_squared = Counter(
             "evalstream_evaluations_weight_squared_total",
             "Evaluations by outcome, each counted as (1/sample_rate)^2 (effective sample "
