@@ -40,6 +40,7 @@ __all__ = [
     "confidence_bin",
     "gold_keys",
     "parse_gold",
+    "parse_result_gold",
     "read_gold",
 ]
 
@@ -189,6 +190,16 @@ def parse_gold(raw: str, *, is_label: bool, labels: tuple[str, ...] = ()) -> Can
     if not value or len(value) > MAX_GOLD_CHARS or (labels and value not in labels):
         return CanaryGold(None, "invalid_gold")
     return CanaryGold(value)
+
+
+def parse_result_gold(raw: str, probabilities: Mapping[str, float], *,
+                      is_label: bool) -> CanaryGold:
+    """:func:`parse_gold` of a gold label given for one result (a human label, an ``eval``
+    item's): a label evaluator's class must be one of that result's label set, which its
+    ``probabilities`` cover whole (the set it was made with; an error result has none and
+    then takes any short class). Unchecked, a typo counted as a disagreement with a Brier
+    score above 1."""
+    return parse_gold(raw, is_label=is_label, labels=tuple(probabilities) if is_label else ())
 
 
 class Series(NamedTuple):

@@ -28,7 +28,7 @@ from evalstream.app.calibration import (
     Calibration,
     Comparison,
     Series,
-    parse_gold,
+    parse_result_gold,
 )
 from evalstream.events import EvalResult, load_json
 from evalstream.metrics import Metrics
@@ -237,11 +237,9 @@ class JoinStore(Generic[T]):
         self._release(token)
 
     def _record(self, held: HeldResult, label: HumanLabel) -> Comparison | None:
-        # A label evaluator's class must be one of its label set, as a canary's is: its
-        # result's distribution covers that whole set (the one it was made with), and the
-        # joiner builds no evaluators to ask (they need judges). Unchecked, a typo counted
-        # as a disagreement with a Brier score above 1.
-        labels = tuple(held.result.probabilities) if held.is_label else ()
-        gold = parse_gold(label.gold, is_label=held.is_label, labels=labels)
+        # Checked against the result's own label set, as a canary's is: the joiner builds
+        # no evaluators to ask (they need judges).
+        gold = parse_result_gold(label.gold, held.result.probabilities,
+                                 is_label=held.is_label)
         return self._calibration.record(held.route, held.evaluator, held.judge, gold,
                                         held.result)

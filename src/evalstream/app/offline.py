@@ -40,7 +40,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from evalstream.app.calibration import parse_gold
+from evalstream.app.calibration import parse_gold, parse_result_gold
 from evalstream.app.offline_hints import invalid_gold_hint, sampled_out_hint, unrouted_hint
 from evalstream.app.offline_input import STDIN, Item, input_paths, read_items, routed_input
 from evalstream.app.offline_json import summary_json
@@ -212,8 +212,7 @@ def _item_gold(gold: bool | str, result: EvalResult, *, is_label: bool) -> bool 
     any class name is kept for it)."""
     if isinstance(gold, bool):
         return None if is_label else gold
-    labels = tuple(result.probabilities) if is_label else ()
-    return parse_gold(gold, is_label=is_label, labels=labels).value
+    return parse_result_gold(gold, result.probabilities, is_label=is_label).value
 
 
 def _total(counter: prometheus_client.Counter) -> float:
