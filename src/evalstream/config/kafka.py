@@ -344,12 +344,12 @@ class KafkaSettings(Section):
 
     def _key_passphrase(self) -> str:
         """The encrypted client key's passphrase; called by OpenSSL only for such a key."""
-        if self.ssl_password is not None:
-            return self.ssl_password.get_secret_value().strip()
-        if self.ssl_password_file is not None:
-            return read_secret_file(self.ssl_password_file, "kafka.ssl_password_file")
-        raise ConfigError("kafka.ssl_keyfile is encrypted: set EVALSTREAM_KAFKA__SSL_PASSWORD "
-                          "or kafka.ssl_password_file to its passphrase")
+        passphrase = _secret(self.ssl_password, self.ssl_password_file, "ssl_password_file")
+        if passphrase is None:
+            raise ConfigError("kafka.ssl_keyfile is encrypted: set "
+                              "EVALSTREAM_KAFKA__SSL_PASSWORD or kafka.ssl_password_file to "
+                              "its passphrase")
+        return passphrase
 
     def password(self) -> str | None:
         """The SASL password, from the environment-provided value or the file.
@@ -357,13 +357,23 @@ class KafkaSettings(Section):
         Raises:
             ConfigError: the password file cannot be read or is empty.
         """
-        if self.sasl_password is not None:
-            # Stripped like the file's: a variable filled from a Kubernetes Secret made
-            # with --from-file often ends with a newline, and the broker refuses it.
-            return self.sasl_password.get_secret_value().strip()
-        if self.sasl_password_file is not None:
-            return read_secret_file(self.sasl_password_file, "kafka.sasl_password_file")
-        return None
+        return _secret(self.sasl_password, self.sasl_password_file, "sasl_password_file")
+
+
+def _secret(value: SecretStr | None, path: Path | None, field: str) -> str | None:
+    """A secret from its environment-provided ``value``, else from the file at ``path``
+    (``kafka.<field>``), else None.
+
+    Raises:
+        ConfigError: the file cannot be read or is empty.
+    """
+    if value is not None:
+        # Stripped like the file's: a variable filled from a Kubernetes Secret made with
+        # --from-file often ends with a newline, and the broker refuses it.
+        return value.get_secret_value().strip()
+    if path is not None:
+        return read_secret_file(path, f"kafka.{field}")
+    return None
 
 
 #: What aiokafka raises for an option value it refuses, when building a client or (for a
