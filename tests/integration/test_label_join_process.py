@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import httpx
 import pytest
@@ -60,17 +61,34 @@ async def stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> tuple[in
     return proc.returncode, time.monotonic() - started
 
 
-async def test_sigterm_then_restart_reads_what_waited(broker: Broker, tmp_path: Path) -> None:
-    topics = Topics.fresh("labelproc")
+class Joiner(NamedTuple):
+    """A join-labels set-up on fresh topics: its config file, metrics port, group, log."""
+
+    topics: Topics
+    labels_topic: str
+    port: int
+    config: Path
+    group: str
+    log: Path
+
+
+async def joiner(broker: Broker, tmp_path: Path, name: str, **sections: Any) -> Joiner:
+    """Fresh results and labels topics (one partition each) and a config for a joiner
+    reading them, serving its metrics on a free port; ``sections`` add config sections."""
+    topics = Topics.fresh(name)
     await topics.create(broker.bootstrap, partitions=1)
-    labels_topic = unique("labelproc-lab")
+    labels_topic = unique(f"{name}-lab")
     await create_topics(broker.bootstrap, [labels_topic], partitions=1)
     port = free_port()
     data = config_dict(broker.bootstrap, topics, labels={"topic": labels_topic},
-                       server={"host": "127.0.0.1", "port": port})
-    config = write_config(tmp_path / "config.yaml", data)
-    group = f"{topics.group}.labels"
-    log = tmp_path / "joiner.log"
+                       server={"host": "127.0.0.1", "port": port}, **sections)
+    return Joiner(topics, labels_topic, port, write_config(tmp_path / "config.yaml", data),
+                  f"{topics.group}.labels", tmp_path / "joiner.log")
+
+
+async def test_sigterm_then_restart_reads_what_waited(broker: Broker, tmp_path: Path) -> None:
+    topics, labels_topic, port, config, group, log = await joiner(broker, tmp_path,
+                                                                  "labelproc")
     agreed = ("evalstream_labels_evaluations_total", {"outcome": "agreed"})
     # r0 is labelled; r1 waits for a label, "later" for its result.
     await produce(broker.bootstrap, topics.results, [result("r0"), result("r1")])
@@ -121,18 +139,10 @@ async def test_sigkill_then_restart_loses_nothing_and_recounts_uncommitted_pairs
     """A crash (SIGKILL, an OOM kill) skips the final commit: what waited is read again and
     waits again (nothing lost), and a pair matched since the last commit is read again and
     counted again (README "Offsets, at least once")."""
-    topics = Topics.fresh("labelkill")
-    await topics.create(broker.bootstrap, partitions=1)
-    labels_topic = unique("labelkill-lab")
-    await create_topics(broker.bootstrap, [labels_topic], partitions=1)
-    port = free_port()
     # No periodic commit before the kill: the crash falls between two commits.
-    data = config_dict(broker.bootstrap, topics, labels={"topic": labels_topic},
-                       server={"host": "127.0.0.1", "port": port},
-                       worker={"commit_interval_s": 3600, "shutdown_timeout_s": 10})
-    config = write_config(tmp_path / "config.yaml", data)
-    group = f"{topics.group}.labels"
-    log = tmp_path / "joiner.log"
+    topics, labels_topic, port, config, group, log = await joiner(
+        broker, tmp_path, "labelkill",
+        worker={"commit_interval_s": 3600, "shutdown_timeout_s": 10})
     agreed = ("evalstream_labels_evaluations_total", {"outcome": "agreed"})
 
     async def pending() -> list[float | None]:
