@@ -454,7 +454,7 @@ def test_run_exits_2_on_a_kafka_option_aiokafka_refuses(tmp: Path) -> None:
 
 @pytest.mark.parametrize("field", ["session_timeout_ms", "max_poll_interval_ms",
                                    "fetch_max_bytes", "max_partition_fetch_bytes",
-                                   "max_request_size"])
+                                   "max_request_size", "prefetch_bytes"])
 def test_kafka_sizes_and_timeouts_fit_the_protocols_int32(tmp: Path, field: str) -> None:
     # 2**31 was accepted; against a real broker every poll then failed with "Unexpected
     # error during coordination" (aiokafka cannot encode it as INT32): a worker that

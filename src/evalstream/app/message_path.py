@@ -378,8 +378,9 @@ class MessagePath:
         Slots can stay taken far longer than ``kafka.max_poll_interval_ms`` (evaluations
         waiting at a judge's spend cap with ``on_spend_cap: wait`` hold theirs until spend
         leaves the window), and aiokafka leaves the group when it is not polled. The
-        partitions are paused, so this returns nothing, except from one resumed meanwhile
-        (a start position applied): kept for after this batch, never dropped.
+        partitions are paused, so this returns nothing new, except from one resumed
+        meanwhile (a start position applied), or one record the source read ahead before
+        the pause (``kafka.prefetch_bytes``): kept for after this batch, never dropped.
         """
         # The batch's counts so far: it may wait here as long as a slow judge takes, and
         # events_decoded must not stand still meanwhile while messages_consumed counted it.

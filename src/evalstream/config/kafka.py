@@ -172,6 +172,11 @@ class KafkaSettings(Section):
     max_poll_records: int = Field(default=500, ge=1)
     fetch_max_bytes: int = Field(default=52_428_800, ge=1_024, le=_INT32)
     max_partition_fetch_bytes: int = Field(default=4_194_304, ge=1_024, le=_INT32)
+    #: How many bytes of message values the worker reads ahead of intake, so the broker
+    #: serves the next fetch while intake works through the last one (about a quarter more
+    #: events/s at low sampling rates on one core, ``bench/throughput.py``). Memory: up to
+    #: this much more than a fetch response. 0 reads one batch at a time.
+    prefetch_bytes: int = Field(default=16_777_216, ge=0, le=_INT32)
     max_request_size: int = Field(default=4_194_304, ge=1_024, le=_INT32)
     producer_linger_ms: int = Field(default=5, ge=0)
     #: Producer batch size per partition. Results are ~1 KB: aiokafka's 16 KB default fills

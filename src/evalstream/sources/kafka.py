@@ -2,6 +2,9 @@
 
 Auto-commit is off: the worker commits per partition only what is complete
 (``app/offsets.py``).
+``poll`` reads ahead of intake up to ``kafka.prefetch_bytes`` (``sources/read_ahead.py``
+says why); positions and lag count records read ahead as not yet handed out, and a revoke
+drops those of the partitions that go.
 Lag runs from the worker's lowest unfinished offset (else the position) to ``highwater``
 (taken from fetch responses); only paused partitions, which
 fetch nothing, also ask for ``end_offsets``, which the Tansu broker answers with the last
@@ -34,6 +37,7 @@ from evalstream.events import Record
 from evalstream.logging import get_logger
 from evalstream.sources.base import TP, RebalanceHandler, Unfinished
 from evalstream.sources.kafka_start import start_positions
+from evalstream.sources.read_ahead import ReadAhead
 
 __all__ = ["KafkaSource"]
 
@@ -56,12 +60,17 @@ _PERMANENT = (TopicAuthorizationFailedError, GroupAuthorizationFailedError,
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
     def __init__(self, handler: RebalanceHandler,
                  position: Callable[[Sequence[TopicPartition]], Awaitable[None]],
-                 answered: Callable[[], None] = lambda: None) -> None:
+                 answered: Callable[[], None] = lambda: None,
+                 forget: Callable[[Sequence[TopicPartition]], None] = lambda tps: None) -> None:
         self._handler = handler
         self._position = position
         self._answered = answered
+        self._forget = forget
 
     async def on_partitions_revoked(self, revoked: Sequence[TopicPartition]) -> None:
+        # First, with no await before it: a poll resuming meanwhile must not hand out
+        # records read ahead from partitions that are going.
+        self._forget(revoked)
         if revoked:
             await self._handler.on_revoked([(tp.topic, tp.partition) for tp in revoked])
 
@@ -130,6 +139,8 @@ class KafkaSource:
         #: finding a slot free during the lookup) must not let them fetch from
         #: ``auto_offset_reset``'s position meanwhile.
         self._positioning: set[TopicPartition] = set()
+        #: Batches fetched ahead of intake (``kafka.prefetch_bytes``; None when it is 0).
+        self._ahead = ReadAhead(settings.prefetch_bytes) if settings.prefetch_bytes else None
 
     @property
     def connected(self) -> bool:
@@ -204,7 +215,12 @@ class KafkaSource:
 
     def _listener(self, handler: RebalanceHandler) -> _Listener:
         """The rebalance listener the consumer calls (its own method for tests)."""
-        return _Listener(handler, self._position, self._group_answered)
+        return _Listener(handler, self._position, self._group_answered, self._forget)
+
+    def _forget(self, tps: Sequence[TopicPartition]) -> None:
+        """Drop what was read ahead from ``tps`` (revoked: fetched again by their owner)."""
+        if self._ahead is not None:
+            self._ahead.drop(set(tps))
 
     def _group_answered(self) -> None:
         """The group's coordinator answered (a rebalance completed): the broker is there.
@@ -275,6 +291,35 @@ class KafkaSource:
         consumer = self._consumer
         if consumer is None:
             return {}
+        ahead = self._ahead
+        if ahead is None:
+            return await self._getmany(consumer, timeout_s, max_records)
+        if ahead:
+            # Intake may run on read-ahead batches for long without waiting: one pass of
+            # the event loop per batch lets the next response be read from the socket (and
+            # the evaluations started from the last batch run).
+            await asyncio.sleep(0)
+        else:
+            batch = await self._getmany(consumer, timeout_s, max_records)
+            if not batch:
+                return {}
+            ahead.push(batch)
+        # Before taking: reading ahead may wait out a rebalance, which drops the revoked
+        # partitions' records, so what is handed out is always the current assignment's.
+        while not ahead.full:
+            more = await self._getmany(consumer, 0.0, max_records)
+            if not more:
+                break
+            ahead.push(more)
+        return ahead.take(max_records)
+
+    async def _getmany(self, consumer: AIOKafkaConsumer, timeout_s: float,
+                       max_records: int) -> Mapping[TP, Sequence[Record]]:
+        """One ``getmany``: records, or empty on timeout or after a transient error.
+
+        Raises:
+            SourceError: a permanent consumer error.
+        """
         try:
             # Bounded here too: during a rebalance getmany waits for the new assignment
             # whatever its timeout, and the assignment waits for our revoke, which waits
@@ -371,6 +416,8 @@ class KafkaSource:
             key = (tp.topic, tp.partition)
             start = unfinished(key) if unfinished is not None else None
             if start is None:
+                start = self._ahead_of(tp)
+            if start is None:
                 try:
                     start = await consumer.position(tp)
                 except KafkaError:  # IllegalStateError included: revoked during the await
@@ -409,14 +456,23 @@ class KafkaSource:
         # All at once: this runs in the rebalance listener, and one by one N partitions
         # could hold the rebalance for N timeouts.
         found = await asyncio.gather(*(position(tp) for tp in wanted))
-        return {(tp.topic, tp.partition): offset
+        # Records read ahead are not handed out yet: the next offset intake gets is theirs.
+        return {(tp.topic, tp.partition): offset if (ahead := self._ahead_of(tp)) is None
+                else ahead
                 for tp, offset in zip(wanted, found, strict=True) if offset is not None}
+
+    def _ahead_of(self, tp: TopicPartition) -> int | None:
+        """The first offset of ``tp`` read ahead and not handed out yet, if any."""
+        return None if self._ahead is None else self._ahead.first_offset(
+            (tp.topic, tp.partition))
 
     async def stop(self) -> None:
         """Leave the group and close the connection. aiokafka runs no revoke callback
         here: the worker's final commit (``app/shutdown.final_commit``) commits the last work."""
         consumer, self._consumer = self._consumer, None
         self._connected = False
+        if self._ahead is not None:
+            self._ahead.clear()
         if consumer is not None:
             await consumer.stop()
 
