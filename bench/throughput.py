@@ -25,7 +25,7 @@ are excluded for the worker just as connection set-up is for the bare consumer. 
 per event (from /proc for the worker process, ``process_time`` for the bare consumer) is
 printed too: on a shared machine it is steadier than wall-clock rates.
 
-Run: ``python bench/throughput.py`` (about 2-3 minutes on 2 cores); ``--events 20000`` for a
+Run: ``python bench/throughput.py`` (about 2-3 minutes on 2 cores); ``--events 50000`` for a
 quick run; ``--extra-rates 0.0001,0.03`` adds runs at other rates, which separate what
 skipping costs from what evaluating the sampled events costs.
 """
@@ -256,6 +256,9 @@ def run_worker(bootstrap: str, n: int, rate: float, workdir: Path, group: str,
         client.close()
         if proc.poll() is None:
             proc.kill()
+    if len(samples) < 2 or samples[-1][1] == samples[0][1]:
+        raise RuntimeError(f"{group}: the run ended within one progress sample (200 ms); "
+                           "measure with more --events")
     (t0, v0, c0), (t1, v1, c1) = samples[0], samples[-1]
     return {"rate": (v1 - v0) / (t1 - t0), "cpu_per_event": (c1 - c0) / (v1 - v0),
             "rss_mb": rss, "exit": float(proc.returncode)}
