@@ -610,7 +610,7 @@ def test_intake_never_wraps_a_decoder_failure(key: str, topic: str, value: bytes
                                               timestamp: int | None) -> None:
     intake = INTAKES[key]
     record = RawRecord(topic, 0, 3, value, key=record_key, timestamp=timestamp)
-    if intake.sampled_out is not None and intake.sampled_out(record):
+    if intake.to_decode is not None and not intake.to_decode(topic, [record]):
         return
     decoded = outcome(partial(intake.decode, presampled=bool(record_key)), record)
     if isinstance(decoded, DecodeError):

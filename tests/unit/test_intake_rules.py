@@ -17,7 +17,13 @@ from evalstream.app.intake import SAMPLED_OUT, BatchCounts, Intake
 from evalstream.app.pipeline import Pipeline
 from evalstream.config import InputTopic, SamplingSettings
 from evalstream.errors import DecodeError
-from evalstream.events import RawRecord, TraceEvent, dump_json, stable_hash
+from evalstream.events import (
+    CANARY_ATTRIBUTE,
+    RawRecord,
+    TraceEvent,
+    dump_json,
+    stable_hash,
+)
 from evalstream.formats.flat_json import FlatJsonDecoder, make_decoder
 from evalstream.metrics import Metrics
 from evalstream.sampling import SCALE, Sampler
@@ -77,39 +83,44 @@ def out_key(rate: float, salt: str = "") -> str:
                 if not sampler.sampled(sampler.fraction_of(t), rate))
 
 
+def skipped(intake: Intake, record: RawRecord) -> bool:
+    """Whether intake skips ``record`` undecoded (decided on a group of one)."""
+    assert intake.to_decode is not None
+    return not intake.to_decode(record.topic, [record])
+
+
 def test_the_probe_skips_exactly_what_decoding_skips() -> None:
     """The shortcut must never drop a message the full decode path would evaluate: on
     plain messages the two agree one for one, whatever the salt."""
     for salt in ("", "s"):
         intake, _ = intake_for(sampling={"rate": 0.3, "salt": salt})
-        probe = intake.sampled_out
-        assert probe is not None  # flat_json, event-key sampling, rate below 1
+        assert intake.to_decode is not None  # flat_json, event-key sampling, rate below 1
         records = [raw(i) for i in range(400)]
-        skipped = [probe(r) for r in records]
-        assert skipped == [intake.decode(r) is SAMPLED_OUT for r in records]
-        assert 0.6 * len(records) < sum(skipped) < 0.8 * len(records)
+        out = [skipped(intake, r) for r in records]
+        assert out == [intake.decode(r) is SAMPLED_OUT for r in records]
+        assert 0.6 * len(records) < sum(out) < 0.8 * len(records)
 
 
 def test_the_probe_is_only_offered_where_it_can_decide() -> None:
     """At rate 1 nothing is sampled out, and with message-key sampling the Kafka key
     decides: callers then skip the probe altogether."""
-    assert intake_for()[0].sampled_out is None
-    assert intake_for(sampling={"rate": 1.0, "salt": "x"})[0].sampled_out is None
-    assert intake_for(sampling={"key": "message_key", "rate": 0.3})[0].sampled_out is None
-    assert intake_for(sampling={"rate": 0.999})[0].sampled_out is not None
+    assert intake_for()[0].to_decode is None
+    assert intake_for(sampling={"rate": 1.0, "salt": "x"})[0].to_decode is None
+    assert intake_for(sampling={"key": "message_key", "rate": 0.3})[0].to_decode is None
+    assert intake_for(sampling={"rate": 0.999})[0].to_decode is not None
 
 
 def test_an_oversized_message_is_dead_lettered_not_sampled_out() -> None:
     intake, _ = intake_for(sampling={"rate": 0.01}, worker={"max_message_bytes": 200})
-    assert intake.sampled_out is not None
+    assert intake.to_decode is not None
     big = raw(1, "x" * 300, trace_id=out_key(0.01))
-    assert intake.sampled_out(big) is False
+    assert not skipped(intake, big)
     with pytest.raises(DecodeError) as info:
         intake.decode(big)
     assert info.value.reason == "too_large"
     small = raw(2, "x" * 100, trace_id=out_key(0.01))
     assert len(small.value or b"") <= 200
-    assert intake.sampled_out(small) is True
+    assert skipped(intake, small)
 
 
 def test_a_message_of_exactly_the_size_limit_is_accepted() -> None:
@@ -129,13 +140,53 @@ def test_topics_without_a_probe_are_left_to_their_decoder() -> None:
               {"topic": "mapped", "mapping": {"output": "response.text"}},
               {"topic": "spans", "format": "otlp_json"}]
     intake, _ = intake_for(sampling={"rate": 0.01}, inputs=inputs)
-    assert intake.sampled_out is not None
+    assert intake.to_decode is not None
     key = out_key(0.01)
     body = dump_json({"trace_id": key, "output": "plain", "response": {"text": "mapped"}})
-    assert intake.sampled_out(RawRecord("traces", 0, 0, body)) is True
-    assert intake.sampled_out(RawRecord("mapped", 0, 0, body)) is False
-    assert intake.sampled_out(RawRecord("spans", 0, 0, body)) is False
-    assert intake.sampled_out(RawRecord("traces", 0, 1, None)) is False
+    assert skipped(intake, RawRecord("traces", 0, 0, body))
+    assert not skipped(intake, RawRecord("mapped", 0, 0, body))
+    assert not skipped(intake, RawRecord("spans", 0, 0, body))
+    assert not skipped(intake, RawRecord("traces", 0, 1, None))
+
+
+def in_key(rate: float, salt: str = "") -> str:
+    """A trace id that routes sample at ``rate``."""
+    sampler = Sampler(SamplingSettings(salt=salt))
+    return next(t for t in (f"t{i}" for i in range(1000))
+                if sampler.sampled(sampler.fraction_of(t), rate))
+
+
+@pytest.mark.parametrize("salt", ["", "s"])
+def test_a_mixed_group_is_decided_as_its_records_one_by_one(salt: str) -> None:
+    """Intake decides a partition's records in one call: every record must keep its own
+    decision and its place, whatever its neighbours (a key paired with the wrong record
+    would skip a sampled event, or a dead letter)."""
+    intake, _ = intake_for(sampling={"rate": 0.3, "salt": salt},
+                           worker={"max_message_bytes": 300})
+    assert intake.to_decode is not None
+    out, kept = out_key(0.3, salt), in_key(0.3, salt)
+    cases: list[tuple[bytes | None, bool]] = [  # (value, decoded)
+        (dump_json({"trace_id": out, "output": "a"}), False),
+        (dump_json({"trace_id": kept, "output": "a"}), True),
+        (b'{"trace_id": "' + out.encode() + b'", "output": ', True),  # invalid JSON
+        (dump_json({"trace_id": out, "output": 1}), True),  # wrong type: a dead letter
+        (dump_json({"trace_id": out, "output": "a",
+                    "attributes": {CANARY_ATTRIBUTE: "c1"}}), True),  # maybe a canary
+        (dump_json({"trace_id": out, "output": "a"})[:-1] + b', "o": "caf\xe9"}', True),
+        (dump_json({"trace_id": out, "output": "ça va ✓"}), False),  # UTF-8, not ASCII
+        (dump_json({"trace_id": out, "output": "a" * 300}), True),  # over the size limit
+        (None, True),
+        (b"", True),
+        (dump_json({"trace_id": "", "event_id": out, "output": "a"}), False),  # event_id
+        (dump_json({"trace_id": "", "event_id": kept, "output": "a"}), True),
+        (dump_json({"output": "a"}), True),  # no key: the full decoder derives one
+        (dump_json({"trace_id": out, "output": "b"}), False),
+    ]
+    records = [RawRecord("traces", 0, i, value) for i, (value, _) in enumerate(cases)]
+    expected = [r for r, (_, decoded) in zip(records, cases, strict=True) if decoded]
+    assert [r for r in records if not skipped(intake, r)] == expected
+    assert intake.to_decode("traces", records) == expected
+    assert intake.to_decode("traces", records[::-1]) == expected[::-1]
 
 
 def test_flush_adds_every_count_of_the_batch() -> None:

@@ -4,12 +4,13 @@
 Counts are gathered per batch and added to the metrics once.
 
 At low rates most messages are sampled out, so that path is kept short. For ``flat_json``
-topics without a custom mapping, ``Intake.sampled_out`` asks the decoder's sampling probe
-for the message's sampling key (one typed msgspec pass that also checks every known
-field's type) and hashes it: a plain message no route would sample is counted as a
-``sampling`` skip without building anything. Anything else (malformed messages, which
-become dead letters, and messages that need normalising) takes ``decode``, which passes
-the pipeline's sampling test to the decoder so those are skipped before a model is built.
+topics without a custom mapping, ``Intake.to_decode`` asks the decoder for the sampling
+keys of a partition's records (``sampling_keys``: one typed msgspec pass per message that
+also checks every known field's type) and hashes them: a plain message no route would
+sample is counted as a ``sampling`` skip without building anything. Anything else
+(malformed messages, which become dead letters, and messages that need normalising) takes
+``decode``, which passes the pipeline's sampling test to the decoder so those are skipped
+before a model is built.
 
 With ``sampling.key: message_key`` the worker decides before decoding, from the Kafka key
 (``key_limit`` / ``key_hash``): a message whose key hashes at or above the highest route
@@ -98,31 +99,33 @@ class Intake:
         self.key_limit: float | None = limit if sampler.by_message_key else None
         #: The sampler's hash of key bytes (``zlib.crc32`` without a salt).
         self.key_hash = sampler.key_hash
-        #: ``sampled_out`` when a probe can decide for some topic (event-key sampling below
+        #: ``to_decode`` when a probe can decide for some topic (event-key sampling below
         #: rate 1); None otherwise, so callers skip the call altogether.
-        self.sampled_out: Callable[[Record], bool] | None = None
-        probes = {topic: probe for topic, d in self._decoders.items()
-                  if type(d) is FlatJsonDecoder
-                  and (probe := d.sampling_probe(pipeline.sampling_key)) is not None}
-        if probes and not sampler.by_message_key and pipeline.max_rate < 1.0:
-            self.sampled_out = self._prober(probes, limit, sampler.key_hash)
+        self.to_decode: Callable[[str, Sequence[Record]], Sequence[Record]] | None = None
+        keys = {topic: found for topic, d in self._decoders.items()
+                if type(d) is FlatJsonDecoder
+                and (found := d.sampling_keys(pipeline.sampling_key,
+                                              self._max_bytes)) is not None}
+        if keys and not sampler.by_message_key and pipeline.max_rate < 1.0:
+            self.to_decode = self._prober(keys, limit, sampler.key_hash)
 
-    def _prober(self, probes: dict[str, Callable[[bytes], str | None]], limit: float,
-                key_hash: Callable[[bytes], int]) -> Callable[[Record], bool]:
-        max_bytes = self._max_bytes
+    @staticmethod
+    def _prober(keys: dict[str, Callable[[Sequence[Record]], list[str | None]]],
+                limit: float, key_hash: Callable[[bytes], int],
+                ) -> Callable[[str, Sequence[Record]], Sequence[Record]]:
 
-        def sampled_out(record: Record) -> bool:
-            """Whether ``record`` is a valid event that no route samples (then skip it)."""
-            value = record.value
-            if not value or len(value) > max_bytes:
-                return False
-            probe = probes.get(record.topic)
-            if probe is None:
-                return False
-            key = probe(value)
-            return key is not None and key_hash(key.encode("utf-8")) >= limit
+        def to_decode(topic: str, records: Sequence[Record]) -> Sequence[Record]:
+            """The records of ``topic`` left to decode: all but the valid events that no
+            route samples (skip those), in order."""
+            sampling_keys = keys.get(topic)
+            if sampling_keys is None:
+                return records
+            # One pass over the group for the keys, one here for the hashes: no Python call
+            # per record but the hash (salted, a closure; unsalted, zlib.crc32).
+            return [r for r, key in zip(records, sampling_keys(records), strict=True)
+                    if key is None or key_hash(key.encode()) < limit]
 
-        return sampled_out
+        return to_decode
 
     def consumed(self, batch: Mapping[TP, Sequence[Record]]) -> None:
         """Count a fetched batch."""

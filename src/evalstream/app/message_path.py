@@ -212,7 +212,7 @@ class MessagePath:
                                  counts: BatchCounts) -> None:
         intake, tracker = self.intake, self.tracker
         limit, key_hash = intake.key_limit, intake.key_hash
-        sampled_out = intake.sampled_out
+        to_decode = intake.to_decode
         # Where each partition's records start, for the lag of one nothing was handled on
         # yet: the source's position is past them, and the loop below may wait for slots
         # on an earlier partition for as long as a slow judge takes.
@@ -226,9 +226,10 @@ class MessagePath:
                 break  # a rebalance happened: the rest of this batch may be stale
             if not tracker.is_assigned(tp) or not group:
                 continue
-            # The path most messages take at low rates, as one comprehension: with
+            # The path most messages take at low rates, one call per partition: with
             # ``sampling.key: message_key`` a CRC of the key (nothing decoded), else the
-            # decoder's probe (checked, hashed, nothing built). What is left is decoded.
+            # decoder's sampling keys (checked, hashed, nothing built). What is left is
+            # decoded.
             # A keyed message with the canary header is decoded whatever its key hashes to:
             # it may be a canary, evaluated whatever the sampling (the pipeline decides from
             # its attributes). A header, not a search of the value: that cost ~1.3 us per
@@ -238,8 +239,8 @@ class MessagePath:
                 work = [r for r in group if not (k := r.key) or key_hash(k) < limit
                         or (r.headers and _canary_header(r.headers))]
                 counts.sampled_out += len(group) - len(work)
-            elif sampled_out is not None:
-                work = [r for r in group if not sampled_out(r)]
+            elif to_decode is not None:
+                work = to_decode(tp[0], group)
                 counts.sampled_out += len(group) - len(work)
                 counts.decoded[tp[0]] += len(group) - len(work)
             else:

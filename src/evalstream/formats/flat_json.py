@@ -14,8 +14,9 @@ Anything that is not a usable event is a ``DecodeError`` with a stable reason co
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -27,6 +28,7 @@ from evalstream.errors import ConfigError, DecodeError
 from evalstream.events import (
     CANARY_ATTRIBUTE,
     Message,
+    RawRecord,
     Record,
     TraceEvent,
     load_json,
@@ -304,20 +306,28 @@ class FlatJsonDecoder:
             raise DecodeError("invalid_field", _describe(exc, fields)) from None
         return Decoded(events=[event])
 
-    def sampling_probe(self, key: str) -> Callable[[bytes], str | None] | None:
-        """A function giving a plain message's sampling key value without decoding it.
+    def sampling_keys(self, key: str, max_bytes: int,
+                      ) -> Callable[[Sequence[Record]], list[str | None]] | None:
+        """A function giving each plain message's sampling key value without decoding it.
 
-        The function returns the value of ``key`` (``event_id`` when that is empty) if the
-        message is valid as it stands: a JSON object whose known keys all have their
-        TraceEvent types, with a string ``output`` and a non-empty key. Otherwise it returns
-        None, meaning "decode it fully": malformed messages (dead letters), messages that
-        need normalising (output taken from ``messages``, numeric ids, scalar attributes)
-        and keyless ones, and messages whose attributes hold the canary marker
-        (``evalstream.canary``: canaries are evaluated whatever the sampling, so they must
-        reach the pipeline). A message the probe accepts is one :meth:`decode` accepts with
-        the same key, so deciding "sampled out" from the probe loses nothing that decoding
-        would have dead-lettered (timestamps are the exception, as in :meth:`decode`: their
-        values are parsed by the model only for sampled events).
+        For a group of records, the function returns one item per record, in order: the
+        value of ``key`` (``event_id`` when that is empty) if the message is valid as it
+        stands: a JSON object whose known keys all have their TraceEvent types, with a
+        string ``output`` and a non-empty key. Otherwise None, meaning "decode it fully":
+        empty values and values over ``max_bytes`` (the caller's size limit), malformed
+        messages (dead letters), messages that need normalising (output taken from
+        ``messages``, numeric ids, scalar attributes) and keyless ones, and messages whose
+        attributes hold the canary marker (``evalstream.canary``: canaries are evaluated
+        whatever the sampling, so they must reach the pipeline). A message it accepts is
+        one :meth:`decode` accepts with the same key, so deciding "sampled out" from its
+        key loses nothing that decoding would have dead-lettered (timestamps are the
+        exception, as in :meth:`decode`: their values are parsed by the model only for
+        sampled events).
+
+        One call per group of records, not per record: at low rates the worker runs this
+        on every message it consumes, and the two Python calls per message of a per-record
+        probe were about an eighth of that path's cost (~1.34 -> ~1.16 us per 1 KB
+        message).
 
         Returns:
             None when the topic has a custom mapping (raw keys are not field names).
@@ -327,26 +337,50 @@ class FlatJsonDecoder:
         decode = _PLAIN.decode
         get = attrgetter(key)
 
-        def probe(value: bytes) -> str | None:
-            # msgspec skips unknown keys without checking their UTF-8, which orjson (the
-            # full decoder) rejects: check it here. ASCII (most traffic) is valid as is.
-            if not value.isascii():
+        def sampling_keys(records: Sequence[Record]) -> list[str | None]:
+            found: list[str | None] = []
+            add = found.append
+            for record in records:
+                value = record.value
+                if not value or len(value) > max_bytes:
+                    add(None)
+                    continue
+                # msgspec skips unknown keys without checking their UTF-8, which orjson (the
+                # full decoder) rejects: check it here. ASCII (most traffic) is valid as is.
+                if not value.isascii():
+                    try:
+                        value.decode("utf-8")
+                    except UnicodeDecodeError:
+                        add(None)
+                        continue
                 try:
-                    value.decode("utf-8")
-                except UnicodeDecodeError:
-                    return None
-            try:
-                event = decode(value)
-            except Exception:
-                # Whatever the fast check cannot judge (invalid JSON, wrong types, but also
-                # msgspec's RecursionError on deeply nested input) goes to the full decoder,
-                # which turns it into a dead letter; raising here would stop the worker.
-                return None
-            attributes = event.attributes
-            if attributes is not None and CANARY_ATTRIBUTE in attributes:
-                return None  # maybe a canary: never skipped undecoded
-            found: str | None = get(event) or event.event_id
-            return found or None
+                    event = decode(value)
+                except Exception:
+                    # Whatever the fast check cannot judge (invalid JSON, wrong types, but
+                    # also msgspec's RecursionError on deeply nested input) goes to the full
+                    # decoder, which turns it into a dead letter; raising here would stop
+                    # the worker.
+                    add(None)
+                    continue
+                attributes = event.attributes
+                if attributes is not None and CANARY_ATTRIBUTE in attributes:
+                    add(None)  # maybe a canary: never skipped undecoded
+                else:
+                    add(get(event) or event.event_id or None)
+            return found
+
+        return sampling_keys
+
+    def sampling_probe(self, key: str) -> Callable[[bytes], str | None] | None:
+        """:meth:`sampling_keys` for one message value, with no size limit (None when the
+        topic has a custom mapping)."""
+        keys = self.sampling_keys(key, sys.maxsize)
+        if keys is None:
+            return None
+        topic = self._topic
+
+        def probe(value: bytes) -> str | None:
+            return keys((RawRecord(topic, 0, 0, value),))[0]
 
         return probe
 
