@@ -39,6 +39,10 @@ class _Buffered:
 
     async def getmany(self, *, timeout_ms: int, max_records: int) -> Any:
         self.calls += 1
+        with self._subscription.fetch_context():  # as aiokafka: what max_poll_interval_ms reads
+            return await self._fetched(timeout_ms)
+
+    async def _fetched(self, timeout_ms: int) -> Any:
         if not self.batches:
             if timeout_ms:
                 await asyncio.sleep(timeout_ms / 1000)
@@ -157,3 +161,18 @@ async def test_positions_and_lag_count_from_the_first_record_not_handed_out() ->
     assert await src.lag() == {("traces", 0): 90, ("traces", 1): 100}
     assert await src.lag(lambda tp: 3 if tp == ("traces", 0) else None) == {
         ("traces", 0): 97, ("traces", 1): 100}
+
+
+async def test_a_poll_counts_as_one_for_aiokafka_while_the_read_ahead_is_full() -> None:
+    # Under backpressure intake takes one record per keep-alive poll, about once a second
+    # (``MessagePath._keep_polled``), and a full read-ahead fetched nothing more: no
+    # getmany for as many polls as the last batch pushed it over the limit by records (up
+    # to max_poll_records), so with max_poll_interval_ms below that aiokafka left the
+    # group while intake was polling.
+    consumer = _Buffered(batch(P0, 0, 20))  # 2,000 B: the read-ahead is full at once
+    src = source(consumer, prefetch_bytes=1_000)
+    assert offsets(await src.poll(0.1, 1)) == {0: [0]}
+    for offset in range(1, 6):
+        await asyncio.sleep(0.05)
+        assert offsets(await src.poll(0.0, 1)) == {0: [offset]}
+        assert consumer._subscription.fetcher_idle_time < 0.02

@@ -100,6 +100,14 @@ def _end_fetch(consumer: AIOKafkaConsumer) -> None:
             subscription._last_fetch_ended = time.monotonic()
 
 
+def _polled(consumer: AIOKafkaConsumer) -> None:
+    """Count a poll that fetched nothing for aiokafka's ``max_poll_interval_ms`` (aiokafka
+    0.14): what ``getmany`` does besides fetching (its fetch context's end time is what
+    ``fetcher_idle_time`` reads)."""
+    with consumer._subscription.fetch_context():
+        pass
+
+
 def _coordination_ended(consumer: AIOKafkaConsumer) -> bool:
     """Whether aiokafka's group coordination task ended while the consumer runs (aiokafka
     0.14).
@@ -299,6 +307,11 @@ class KafkaSource:
             # the event loop per batch lets the next response be read from the socket (and
             # the evaluations started from the last batch run).
             await asyncio.sleep(0)
+            if ahead.full:
+                # Nothing more is fetched, but intake polled: under backpressure it takes
+                # one record a second here, and without a getmany aiokafka would leave the
+                # group after max_poll_interval_ms while intake was working through this.
+                _polled(consumer)
         else:
             batch = await self._getmany(consumer, timeout_s, max_records)
             if not batch:
