@@ -191,8 +191,9 @@ class MessagePath:
 
     async def _wait_for_capacity(self) -> None:
         await self.slots.wait_freed(1.0)
-        # Partitions are paused, so this returns nothing, but it keeps the consumer polling
-        # (aiokafka leaves the group when it is not polled for max_poll_interval_ms).
+        # Partitions are paused, so this returns nothing new (one record read ahead before
+        # the pause at most), but it keeps the consumer polling (aiokafka leaves the group
+        # when it is not polled for max_poll_interval_ms).
         records = await self.source.poll(0.0, 1)
         if records:
             await self._handle_batch(records)

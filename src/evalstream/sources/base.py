@@ -82,7 +82,8 @@ class Source(Protocol):
         ...
 
     async def positions(self, tps: Sequence[TP]) -> dict[TP, int]:
-        """The next offsets to fetch from the assigned ``tps`` (those known in time)."""
+        """The next offsets ``poll`` hands out from the assigned ``tps`` (those known in
+        time)."""
         ...
 
     async def stop(self) -> None:

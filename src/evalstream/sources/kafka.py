@@ -452,7 +452,8 @@ class KafkaSource:
         return {(tp.topic, tp.partition): int(end) for tp, end in (ends or {}).items()}
 
     async def positions(self, tps: Sequence[TP]) -> dict[TP, int]:
-        """The next offsets to fetch; those not known within a few seconds are left out."""
+        """The next offsets ``poll`` hands out (the first read ahead, else the consumer's
+        position); those not known within a few seconds are left out."""
         consumer = self._consumer
         if consumer is None:
             return {}
