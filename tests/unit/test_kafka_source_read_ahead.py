@@ -33,12 +33,14 @@ class _Buffered:
     def __init__(self, *batches: dict[TopicPartition, list[ConsumerRecord]]) -> None:
         self.batches = deque(batches)
         self.calls = 0
+        self.asked: list[int] = []
         self.assigned = {P0, P1}
         self.positions = {P0: 0, P1: 0}
         self._subscription = SubscriptionState()
 
     async def getmany(self, *, timeout_ms: int, max_records: int) -> Any:
         self.calls += 1
+        self.asked.append(max_records)
         with self._subscription.fetch_context():  # as aiokafka: what max_poll_interval_ms reads
             return await self._fetched(timeout_ms)
 
@@ -176,3 +178,13 @@ async def test_a_poll_counts_as_one_for_aiokafka_while_the_read_ahead_is_full() 
         await asyncio.sleep(0.05)
         assert offsets(await src.poll(0.0, 1)) == {0: [offset]}
         assert consumer._subscription.fetcher_idle_time < 0.02
+
+
+async def test_a_one_record_poll_reads_ahead_whole_batches() -> None:
+    # The keep-alive poll under backpressure asks for one record: reading ahead one record
+    # per getmany would leave intake with one-record batches for long after the pause.
+    consumer = _Buffered(batch(P0, 0, 3), batch(P1, 0, 2))
+    src = source(consumer)
+    assert offsets(await src.poll(0.0, 1)) == {0: [0]}
+    assert consumer.asked[0] == 1
+    assert set(consumer.asked[1:]) == {KafkaSettings().max_poll_records}

@@ -319,8 +319,12 @@ class KafkaSource:
             ahead.push(batch)
         # Before taking: reading ahead may wait out a rebalance, which drops the revoked
         # partitions' records, so what is handed out is always the current assignment's.
+        # Whole batches, whatever this poll asked for: the keep-alive poll under
+        # backpressure asks for one record, and one-record batches read ahead would be
+        # handed out one per poll long after the pause.
+        read = self._settings.max_poll_records
         while not ahead.full:
-            more = await self._getmany(consumer, 0.0, max_records)
+            more = await self._getmany(consumer, 0.0, read)
             if not more:
                 break
             ahead.push(more)
