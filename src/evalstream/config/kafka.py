@@ -173,7 +173,7 @@ class KafkaSettings(Section):
     fetch_max_bytes: int = Field(default=52_428_800, ge=1_024, le=_INT32)
     max_partition_fetch_bytes: int = Field(default=4_194_304, ge=1_024, le=_INT32)
     #: How many bytes of message values the worker reads ahead of intake, so the broker
-    #: serves the next fetch while intake works through the last one (13-66% more events/s
+    #: serves the next fetch while intake works through the last one (up to 66% more events/s
     #: at 1% sampling on one core, ``bench/throughput.py``). Memory: this much in values
     #: plus ~320 bytes of objects per record. 0 reads one batch at a time.
     prefetch_bytes: int = Field(default=16_777_216, ge=0, le=_INT32)
