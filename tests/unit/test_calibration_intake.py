@@ -12,6 +12,7 @@ from evalstream.config import InputTopic
 from evalstream.events import RawRecord, dump_json
 from evalstream.formats.base import Decoded
 from evalstream.formats.flat_json import SAMPLED_OUT, FlatJsonDecoder, make_decoder
+from tests.support.probe import sampling_probe
 from tests.unit.test_key_sampling import TRACE_IDS, metric, run_worker
 
 RATE = 0.01
@@ -72,7 +73,7 @@ async def test_every_canary_gets_results_at_one_percent_sampling(path: str) -> N
 def test_the_probe_hands_marked_messages_to_the_decoder() -> None:
     decoder = make_decoder(InputTopic(topic="traces"))
     assert isinstance(decoder, FlatJsonDecoder)
-    probe = decoder.sampling_probe("trace_id")
+    probe = sampling_probe(decoder, "trace_id")
     assert probe is not None
     assert probe(message(1, canary=False)) == TRACE_IDS[1]
     assert probe(message(1, canary=True)) is None

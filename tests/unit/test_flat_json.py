@@ -11,6 +11,7 @@ from evalstream.config import InputTopic
 from evalstream.errors import ConfigError, DecodeError
 from evalstream.events import RawRecord, TraceEvent, dump_json, stable_hash
 from evalstream.formats.flat_json import SAMPLED_OUT, make_decoder
+from tests.support.probe import sampling_probe
 
 SECRET = "my card number is 4111"
 
@@ -189,7 +190,7 @@ PROBE_REFUSES: list[bytes] = [
 
 @pytest.mark.parametrize("value", PROBE_REFUSES)
 def test_sampling_probe_refuses_what_needs_the_full_decoder(value: bytes) -> None:
-    probe = make_decoder(InputTopic(topic="traces")).sampling_probe("trace_id")
+    probe = sampling_probe(make_decoder(InputTopic(topic="traces")), "trace_id")
     assert probe is not None
     assert probe(value) is None
 
@@ -197,7 +198,7 @@ def test_sampling_probe_refuses_what_needs_the_full_decoder(value: bytes) -> Non
 @pytest.mark.parametrize("key", ["trace_id", "event_id", "session_id"])
 def test_sampling_probe_key_is_the_decoded_events_sampling_key(key: str) -> None:
     decoder = make_decoder(InputTopic(topic="traces"))
-    probe = decoder.sampling_probe(key)
+    probe = sampling_probe(decoder, key)
     assert probe is not None
     accepted = 0
     extra = [{"event_id": "e-ü", "trace_id": "t-ü", "output": "ça va ✓"},
@@ -214,4 +215,4 @@ def test_sampling_probe_key_is_the_decoded_events_sampling_key(key: str) -> None
 
 def test_no_sampling_probe_with_a_custom_mapping() -> None:
     topic = InputTopic(topic="traces", mapping={"output": "response.text"})
-    assert make_decoder(topic).sampling_probe("trace_id") is None
+    assert sampling_probe(make_decoder(topic), "trace_id") is None

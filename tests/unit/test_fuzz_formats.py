@@ -49,6 +49,7 @@ from tests.support.fuzz import (
     strict_json_values,
     strict_text,
 )
+from tests.support.probe import sampling_probe
 
 #: The documented ``DecodeError`` reasons of each decoder (module docstrings).
 FLAT_REASONS = {"empty", "invalid_utf8", "invalid_json", "not_an_object", "missing_output",
@@ -240,7 +241,7 @@ def test_flat_json_sampling_paths_never_crash(value: bytes, key: str, keep: bool
 def test_flat_json_probe_accepts_only_what_decode_accepts(value: bytes, key: str) -> None:
     decoder = FLAT
     assert isinstance(decoder, FlatJsonDecoder)
-    probe = decoder.sampling_probe(key)
+    probe = sampling_probe(decoder, key)
     assert probe is not None
     found = probe(value)  # never raises
     if found is None:

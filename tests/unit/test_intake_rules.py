@@ -27,6 +27,7 @@ from evalstream.events import (
 from evalstream.formats.flat_json import FlatJsonDecoder, make_decoder
 from evalstream.metrics import Metrics
 from evalstream.sampling import SCALE, Sampler
+from tests.support.probe import sampling_probe
 from tests.unit.pipeline_doubles import JUDGES, raw, settings
 
 
@@ -270,7 +271,7 @@ def test_a_dead_letter_is_never_sampled_out(obj: dict[str, Any]) -> None:
     decoder = make_decoder(InputTopic(topic="traces"))
     value = dump_json({**IDS, **obj})
     for key in ("trace_id", "event_id"):
-        probe = decoder.sampling_probe(key)
+        probe = sampling_probe(decoder, key)
         assert probe is not None
         assert probe(value) is None
     with pytest.raises(DecodeError) as info:
@@ -351,7 +352,7 @@ def test_invalid_utf8_in_an_unread_key_is_a_dead_letter_not_a_sampling_skip(
     """msgspec skips unknown keys unchecked; orjson (the full decoder) rejects them, so
     the probe must decline such a message although it has a valid sampling key."""
     decoder = make_decoder(InputTopic(topic="traces"))
-    probe = decoder.sampling_probe("trace_id")
+    probe = sampling_probe(decoder, "trace_id")
     assert probe is not None
     assert probe(value) is None
     with pytest.raises(DecodeError) as info:

@@ -14,7 +14,6 @@ Anything that is not a usable event is a ``DecodeError`` with a stable reason co
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter
@@ -28,7 +27,6 @@ from evalstream.errors import ConfigError, DecodeError
 from evalstream.events import (
     CANARY_ATTRIBUTE,
     Message,
-    RawRecord,
     Record,
     TraceEvent,
     load_json,
@@ -370,19 +368,6 @@ class FlatJsonDecoder:
             return found
 
         return sampling_keys
-
-    def sampling_probe(self, key: str) -> Callable[[bytes], str | None] | None:
-        """:meth:`sampling_keys` for one message value, with no size limit (None when the
-        topic has a custom mapping)."""
-        keys = self.sampling_keys(key, sys.maxsize)
-        if keys is None:
-            return None
-        topic = self._topic
-
-        def probe(value: bytes) -> str | None:
-            return keys((RawRecord(topic, 0, 0, value),))[0]
-
-        return probe
 
     def _normalise(self, fields: dict[str, Any], record: Record) -> None:
         """Derive and coerce fields in place (ids, input/output from messages, attributes)."""
